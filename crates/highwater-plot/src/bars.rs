@@ -1,0 +1,195 @@
+//! Stacked horizontal bars: what each path keeps alive per call, by op, in bytes.
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::frame::{self, Area, DrawResult};
+use crate::legend::{self, Entry, Group, Swatch};
+use crate::theme::{
+    self, Keys, LABEL_PX, PALETTE, SMALL_PX, WIDTH, clean_label, filled, text_width,
+};
+use crate::units::{ByteUnit, format_bytes};
+
+/// One stacked bar per path (e.g. the activation ledger of one call), segments by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackedBars {
+    /// Shown above the plot; may be empty.
+    pub title: String,
+    /// Drawn top to bottom in this order.
+    pub bars: Vec<Bar>,
+}
+
+/// One bar: its label and its segments `(name, bytes)`, stacked left to right.
+/// Segments with the same name share a colour (and one legend entry) across bars.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bar {
+    pub label: String,
+    pub segments: Vec<(String, u64)>,
+}
+
+const PITCH: u32 = 38;
+const AXIS_H: u32 = 46;
+const MAX_LABEL_W: f64 = 300.0;
+/// Segment labels are black on the (mid-lightness) fill, whatever the theme.
+const INK: RGBColor = RGBColor(0, 0, 0);
+
+impl StackedBars {
+    /// The figure as a complete, inline-safe `<svg>` element.
+    pub fn to_svg(&self) -> String {
+        let keys = Keys::default();
+        let names = segment_colours(&self.bars);
+        let groups = vec![Group {
+            heading: None,
+            entries: names
+                .iter()
+                .map(|(n, c)| Entry {
+                    swatch: Swatch::Block(*c),
+                    label: n.clone(),
+                })
+                .collect(),
+        }];
+        let title_h = frame::title_height(&self.title);
+        let plot_h = PITCH * self.bars.len().max(1) as u32 + AXIS_H + 12;
+        let legend_h = legend::height(&groups, WIDTH - 10, 16);
+        let size = (WIDTH, title_h + plot_h + legend_h);
+        frame::render(&self.title, size, &keys, |root| {
+            self.draw(root, title_h, plot_h, &names)?;
+            legend::draw(root, &groups, 16, (title_h + plot_h) as i32)
+        })
+    }
+
+    fn draw(
+        &self,
+        root: &Area<'_>,
+        title_h: u32,
+        plot_h: u32,
+        names: &[(String, RGBColor)],
+    ) -> DrawResult {
+        let (_, rest) = root.split_vertically(title_h);
+        let (plot, _) = rest.split_vertically(plot_h);
+        let labels: Vec<String> = self
+            .bars
+            .iter()
+            .map(|b| ellipsize(&clean_label(&b.label), LABEL_PX, MAX_LABEL_W))
+            .collect();
+        let label_w = labels
+            .iter()
+            .map(|l| text_width(l, LABEL_PX))
+            .fold(40.0, f64::max);
+        let totals: Vec<u64> = self
+            .bars
+            .iter()
+            .map(|b| {
+                b.segments
+                    .iter()
+                    .map(|s| s.1)
+                    .fold(0u64, u64::saturating_add)
+            })
+            .collect();
+        let max_total = totals.iter().copied().max().unwrap_or(0).max(1);
+        let unit = ByteUnit::for_value(max_total);
+        let x_top = unit.scale(max_total) * 1.14;
+        let n = self.bars.len().max(1) as f64;
+
+        let mut chart = ChartBuilder::on(&plot)
+            .margin_left(8)
+            .margin_right(24)
+            .margin_top(8)
+            .margin_bottom(4)
+            .x_label_area_size(AXIS_H - 4)
+            .y_label_area_size((label_w + 16.0) as u32)
+            .build_cartesian_2d(0f64..x_top, 0f64..n)?;
+        let x_fmt = |v: &f64| unit.tick(*v);
+        let mut mesh = chart.configure_mesh();
+        frame::style_mesh(&mut mesh);
+        mesh.disable_y_mesh()
+            .y_labels(0)
+            .x_labels(8)
+            .x_label_formatter(&x_fmt)
+            .x_desc("bytes")
+            .draw()?;
+
+        for (i, bar) in self.bars.iter().enumerate() {
+            let row = n - 1.0 - i as f64;
+            let (y0, y1) = (row + 0.2, row + 0.8);
+            let mut at = 0u64;
+            for (name, bytes) in &bar.segments {
+                let colour = names
+                    .iter()
+                    .find(|(n, _)| *n == clean_label(name))
+                    .map_or(PALETTE[0], |c| c.1);
+                let x0 = unit.scale(at);
+                at = at.saturating_add(*bytes);
+                let x1 = unit.scale(at);
+                if *bytes == 0 {
+                    continue;
+                }
+                chart.draw_series([Rectangle::new([(x0, y0), (x1, y1)], filled(colour))])?;
+                let (px0, py) = chart.backend_coord(&(x0, row + 0.5));
+                let (px1, _) = chart.backend_coord(&(x1, row + 0.5));
+                let text = format_bytes(*bytes);
+                if f64::from(px1 - px0) > text_width(&text, SMALL_PX) + 8.0 {
+                    root.draw(&Text::new(
+                        text,
+                        ((px0 + px1) / 2, py),
+                        theme::font(SMALL_PX)
+                            .color(&INK)
+                            .pos(Pos::new(HPos::Center, VPos::Center)),
+                    ))?;
+                }
+            }
+            let (x, y) = chart.backend_coord(&(0.0, row + 0.5));
+            root.draw(&Text::new(
+                labels[i].clone(),
+                (x - 8, y),
+                theme::font(LABEL_PX).pos(Pos::new(HPos::Right, VPos::Center)),
+            ))?;
+            let (xe, _) = chart.backend_coord(&(unit.scale(totals[i]), row + 0.5));
+            root.draw(&Text::new(
+                format_bytes(totals[i]),
+                (xe + 6, y),
+                theme::bold(SMALL_PX).pos(Pos::new(HPos::Left, VPos::Center)),
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+fn segment_colours(bars: &[Bar]) -> Vec<(String, RGBColor)> {
+    let mut names: Vec<(String, RGBColor)> = Vec::new();
+    for (name, _) in bars.iter().flat_map(|b| &b.segments) {
+        let name = clean_label(name);
+        if !names.iter().any(|(n, _)| *n == name) {
+            let c = PALETTE[names.len() % PALETTE.len()];
+            names.push((name, c));
+        }
+    }
+    names
+}
+
+/// Shorten `s` with an ellipsis so it fits in `max` pixels.
+fn ellipsize(s: &str, px: f64, max: f64) -> String {
+    if text_width(s, px) <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().collect();
+    while !out.is_empty() && text_width(&out, px) + text_width("…", px) > max {
+        out.pop();
+    }
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ellipsize_fits() {
+        let long = "x".repeat(200);
+        let e = ellipsize(&long, 12.0, 100.0);
+        assert!(e.ends_with('…'));
+        assert!(text_width(&e, 12.0) <= 100.0);
+        assert_eq!(ellipsize("short", 12.0, 100.0), "short");
+    }
+}

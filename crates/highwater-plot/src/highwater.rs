@@ -1,0 +1,294 @@
+//! Per-step pool high-water of several arms × seeds against the card's capacity.
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::frame::{self, Area, DrawResult};
+use crate::legend::{self, Entry, Group, Swatch};
+use crate::theme::{
+    self, CARD_DASH, DASHES, Keys, LABEL_PX, PALETTE, SMALL_PX, WIDTH, clean_label, stroke,
+    text_width,
+};
+use crate::units::{ByteUnit, format_bytes};
+
+/// Per-step high-water of several runs against a horizontal card-capacity line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HighWaterChart {
+    /// Shown above the plot; may be empty.
+    pub title: String,
+    /// The card's capacity in bytes; `0` draws no capacity line.
+    pub card_bytes: u64,
+    /// One line per run. Runs with the same `arm` share a colour; each gets its own dash.
+    pub series: Vec<Series>,
+}
+
+/// One run: its per-step high-water and, if it ran out of memory, the step it died at.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Series {
+    /// The colour family (e.g. `"SiTU tensor path"`); also the legend row's heading.
+    pub arm: String,
+    /// This run within its arm (e.g. `"seed 3"`).
+    pub label: String,
+    /// `(step, bytes)`, in step order.
+    pub points: Vec<(u32, u64)>,
+    /// The step at which a reservation failed, marked with a cross and its step number.
+    pub died_at: Option<u32>,
+}
+
+/// Lines with more points than this are reduced to per-bucket maxima (peaks survive).
+const MAX_POINTS: usize = 1600;
+const PLOT_H: u32 = 400;
+const DEATH: RGBColor = theme::FG;
+
+impl HighWaterChart {
+    /// The figure as a complete, inline-safe `<svg>` element.
+    pub fn to_svg(&self) -> String {
+        let mut keys = Keys::default();
+        let card_key = keys.key(None, CARD_DASH);
+        let arms = arm_colours(&self.series);
+        let styled: Vec<(RGBColor, RGBColor)> = {
+            let mut seen: Vec<(String, usize)> = Vec::new();
+            self.series
+                .iter()
+                .map(|s| {
+                    let n = match seen.iter_mut().find(|(a, _)| *a == s.arm) {
+                        Some((_, n)) => {
+                            *n += 1;
+                            *n
+                        }
+                        None => {
+                            seen.push((s.arm.clone(), 0));
+                            0
+                        }
+                    };
+                    let colour = arms.iter().find(|(a, _)| *a == s.arm).expect("arm").1;
+                    (colour, keys.key(Some(colour), DASHES[n % DASHES.len()]))
+                })
+                .collect()
+        };
+
+        let groups = self.legend(&styled, card_key);
+        let title_h = frame::title_height(&self.title);
+        let legend_h = legend::height(&groups, WIDTH - 10, 16);
+        let size = (WIDTH, title_h + PLOT_H + legend_h);
+        frame::render(&self.title, size, &keys, |root| {
+            self.draw(root, title_h, &styled, card_key)?;
+            legend::draw(root, &groups, 16, (title_h + PLOT_H) as i32)
+        })
+    }
+
+    fn legend(&self, styled: &[(RGBColor, RGBColor)], card_key: RGBColor) -> Vec<Group> {
+        let mut groups: Vec<Group> = Vec::new();
+        for (s, (_, key)) in self.series.iter().zip(styled) {
+            let heading = Some(clean_label(&s.arm)).filter(|a| !a.is_empty());
+            let entry = Entry {
+                swatch: Swatch::Line(*key, 2),
+                label: s.label.clone(),
+            };
+            match groups.iter_mut().find(|g| g.heading == heading) {
+                Some(g) => g.entries.push(entry),
+                None => groups.push(Group {
+                    heading,
+                    entries: vec![entry],
+                }),
+            }
+        }
+        let mut extra = Group::default();
+        if self.card_bytes > 0 {
+            extra.entries.push(Entry {
+                swatch: Swatch::Line(card_key, 2),
+                label: format!("card capacity ({})", format_bytes(self.card_bytes)),
+            });
+        }
+        if self.series.iter().any(|s| s.died_at.is_some()) {
+            extra.entries.push(Entry {
+                swatch: Swatch::Cross(DEATH),
+                label: "out of memory at step N".into(),
+            });
+        }
+        if !extra.entries.is_empty() {
+            // An empty heading: a row of its own below the arms, with no heading text.
+            extra.heading = Some(String::new());
+            groups.push(extra);
+        }
+        groups
+    }
+
+    fn draw(
+        &self,
+        root: &Area<'_>,
+        title_h: u32,
+        styled: &[(RGBColor, RGBColor)],
+        card_key: RGBColor,
+    ) -> DrawResult {
+        let (_, rest) = root.split_vertically(title_h);
+        let (plot, _) = rest.split_vertically(PLOT_H);
+
+        let max_step = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0).chain(s.died_at))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let max_bytes = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .chain([self.card_bytes])
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let unit = ByteUnit::for_value(max_bytes);
+        let y_top = unit.scale(max_bytes) * 1.15;
+        let tick_w = (0..=8)
+            .map(|i| text_width(&unit.tick(y_top * f64::from(i) / 8.0), LABEL_PX))
+            .fold(0.0, f64::max);
+
+        let mut chart = ChartBuilder::on(&plot)
+            .margin_left(8)
+            .margin_right(24)
+            .margin_top(8)
+            .margin_bottom(4)
+            .x_label_area_size(42)
+            .y_label_area_size((tick_w + 34.0) as u32)
+            .build_cartesian_2d(0u32..max_step, 0f64..y_top)?;
+        let y_fmt = |v: &f64| unit.tick(*v);
+        let mut mesh = chart.configure_mesh();
+        frame::style_mesh(&mut mesh);
+        mesh.x_desc("step")
+            .y_desc("pool high-water")
+            .x_labels(12)
+            .y_labels(9)
+            .y_label_formatter(&y_fmt)
+            .draw()?;
+
+        if self.card_bytes > 0 {
+            let card = unit.scale(self.card_bytes);
+            chart.draw_series(LineSeries::new(
+                [(0, card), (max_step, card)],
+                stroke(card_key, 2),
+            ))?;
+            let (x, y) = chart.backend_coord(&(max_step, card));
+            root.draw(&Text::new(
+                format!("card {}", format_bytes(self.card_bytes)),
+                (x - 4, y - 5),
+                theme::font(SMALL_PX).pos(Pos::new(HPos::Right, VPos::Bottom)),
+            ))?;
+        }
+
+        for (s, (_, key)) in self.series.iter().zip(styled) {
+            let pts = decimate(&s.points, MAX_POINTS);
+            chart.draw_series(LineSeries::new(
+                pts.into_iter().map(|(x, b)| (x, unit.scale(b))),
+                stroke(*key, 2),
+            ))?;
+        }
+
+        // Death markers last, so they sit on top of every line.
+        let mut taken: Vec<(i32, i32, i32, i32)> = Vec::new();
+        let (plot_x, plot_y) = chart.plotting_area().get_pixel_range();
+        for (s, (colour, _)) in self.series.iter().zip(styled) {
+            let Some(step) = s.died_at else { continue };
+            let bytes = s
+                .points
+                .iter()
+                .filter(|p| p.0 <= step)
+                .map(|p| p.1)
+                .next_back()
+                .unwrap_or(self.card_bytes);
+            let (x, y) = chart.backend_coord(&(step, unit.scale(bytes)));
+            legend::cross(root, (x, y), 5, *colour)?;
+            let label = step.to_string();
+            let w = text_width(&label, SMALL_PX) as i32 + 4;
+            let h = 13;
+            // Stack labels upward until they clear the ones already placed.
+            let mut top = y - 9 - h;
+            for _ in 0..8 {
+                let clash = taken.iter().any(|&(x0, y0, x1, y1)| {
+                    x - w / 2 < x1 && x0 < x + w / 2 && top < y1 && y0 < top + h
+                });
+                if !clash {
+                    break;
+                }
+                top -= h;
+            }
+            let top = top.max(plot_y.start);
+            let cx = x.clamp(plot_x.start + w / 2, plot_x.end - w / 2);
+            taken.push((cx - w / 2, top, cx + w / 2, top + h));
+            root.draw(&Text::new(
+                label,
+                (cx, top + h / 2),
+                theme::bold(SMALL_PX)
+                    .color(colour)
+                    .pos(Pos::new(HPos::Center, VPos::Center)),
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+fn arm_colours(series: &[Series]) -> Vec<(String, RGBColor)> {
+    let mut arms: Vec<(String, RGBColor)> = Vec::new();
+    for s in series {
+        if !arms.iter().any(|(a, _)| *a == s.arm) {
+            let c = PALETTE[arms.len() % PALETTE.len()];
+            arms.push((s.arm.clone(), c));
+        }
+    }
+    arms
+}
+
+/// At most about `max` points: the largest value of each run of consecutive points.
+fn decimate(points: &[(u32, u64)], max: usize) -> Vec<(u32, u64)> {
+    if points.len() <= max {
+        return points.to_vec();
+    }
+    let per = points.len().div_ceil(max / 2);
+    let mut out = Vec::with_capacity(max + 2);
+    for chunk in points.chunks(per) {
+        // Keep the first point and the peak of each chunk, in step order.
+        let first = chunk[0];
+        let peak = *chunk.iter().max_by_key(|p| p.1).expect("non-empty chunk");
+        out.push(first);
+        if peak != first {
+            out.push(peak);
+        }
+    }
+    if let Some(&last) = points.last()
+        && out.last() != Some(&last)
+    {
+        out.push(last);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimate_keeps_peaks_and_ends() {
+        let pts: Vec<(u32, u64)> = (0..10_000u32)
+            .map(|i| (i, if i == 4321 { 999 } else { u64::from(i % 7) }))
+            .collect();
+        let d = decimate(&pts, 1000);
+        assert!(d.len() <= 1002, "{}", d.len());
+        assert!(d.contains(&(4321, 999)));
+        assert_eq!(d.first(), Some(&(0, 0)));
+        assert_eq!(d.last(), pts.last());
+        assert!(d.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn arms_share_colours_in_order() {
+        let s = |arm: &str| Series {
+            arm: arm.into(),
+            ..Series::default()
+        };
+        let c = arm_colours(&[s("a"), s("b"), s("a")]);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].1, PALETTE[0]);
+        assert_eq!(c[1].1, PALETTE[1]);
+    }
+}

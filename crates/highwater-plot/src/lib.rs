@@ -1,0 +1,35 @@
+//! The book's figures in one house style: [plotters] drawing into SVG strings that can be
+//! inlined into mdbook pages.
+//!
+//! Every figure is plain data in, a complete `<svg>` element out:
+//! - [`HighWaterChart`]: per-step pool high-water of arms × seeds against the card's capacity,
+//!   with the step each run died at marked;
+//! - [`StackedBars`]: what each path keeps alive per call, stacked by op, in bytes;
+//! - [`DeathHistogram`]: when runs die over many seeds, survivors set apart.
+//!
+//! The SVG is theme-aware and inline-safe:
+//! - text, axes and grid are drawn in `currentColor` (the grid at reduced opacity), the
+//!   background is transparent, and series use a colour-blind-safe palette of mid-lightness
+//!   that reads on mdbook's light and dark themes alike;
+//! - no XML declaration, no script, no external reference, no blank line (a blank line would
+//!   end the raw HTML block in CommonMark), `width="100%"` with the `viewBox` kept, so the
+//!   figure scales down with the page. A lowercased `viewbox` (mdbook 0.5 lowercases raw-HTML
+//!   attribute names) is fixed back by the browser's HTML parser for inline SVG.
+//! - text is `<text>` in a generic `sans-serif`: no font files, no system font lookup.
+//!
+//! This crate deliberately knows nothing about the simulator: callers convert their results
+//! into these types.
+
+mod bars;
+mod deaths;
+mod frame;
+mod highwater;
+mod legend;
+mod theme;
+mod units;
+
+pub use bars::{Bar, StackedBars};
+pub use deaths::DeathHistogram;
+pub use highwater::{HighWaterChart, Series};
+pub use theme::PALETTE;
+pub use units::format_bytes;
