@@ -139,11 +139,13 @@ impl StackedBars {
                 }
             }
             let (x, y) = chart.backend_coord(&(0.0, row + 0.5));
-            root.draw(&Text::new(
-                labels[i].clone(),
-                (x - 8, y),
-                theme::font(LABEL_PX).pos(Pos::new(HPos::Right, VPos::Center)),
-            ))?;
+            if !labels[i].is_empty() {
+                root.draw(&Text::new(
+                    labels[i].clone(),
+                    (x - 8, y),
+                    theme::font(LABEL_PX).pos(Pos::new(HPos::Right, VPos::Center)),
+                ))?;
+            }
             let (xe, _) = chart.backend_coord(&(unit.scale(totals[i]), row + 0.5));
             root.draw(&Text::new(
                 format_bytes(totals[i]),

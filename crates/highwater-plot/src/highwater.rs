@@ -129,8 +129,9 @@ impl HighWaterChart {
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.0).chain(s.died_at))
             .max()
-            .unwrap_or(0)
-            .max(1);
+            .unwrap_or(0);
+        // Steps are counted from 0: a run of 400 steps ends at 399 and its axis at 400.
+        let max_step = round_up(max_step.saturating_add(1));
         let max_bytes = self
             .series
             .iter()
@@ -228,6 +229,15 @@ impl HighWaterChart {
     }
 }
 
+/// `n` rounded up to two significant digits: 400 → 400, 157 → 160, 1234 → 1300.
+fn round_up(n: u32) -> u32 {
+    let mut unit = 1u32;
+    while n / unit >= 100 {
+        unit *= 10;
+    }
+    n.div_ceil(unit).saturating_mul(unit).max(1)
+}
+
 fn arm_colours(series: &[Series]) -> Vec<(String, RGBColor)> {
     let mut arms: Vec<(String, RGBColor)> = Vec::new();
     for s in series {
@@ -278,6 +288,16 @@ mod tests {
         assert_eq!(d.first(), Some(&(0, 0)));
         assert_eq!(d.last(), pts.last());
         assert!(d.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn axis_ends_round() {
+        assert_eq!(round_up(400), 400);
+        assert_eq!(round_up(157), 160);
+        assert_eq!(round_up(1234), 1300);
+        assert_eq!(round_up(7), 7);
+        assert_eq!(round_up(0), 1);
+        assert!(round_up(u32::MAX) >= u32::MAX / 10 * 9);
     }
 
     #[test]

@@ -142,7 +142,9 @@ pub(crate) fn draw<DB: DrawingBackend>(
                         cross(area, ((x0 + x1) / 2, y), 5, c)?;
                     }
                 }
-                area.draw(&Text::new(e.label, (x1 + 6, y), label_style.clone()))?;
+                if !e.label.is_empty() {
+                    area.draw(&Text::new(e.label, (x1 + 6, y), label_style.clone()))?;
+                }
             }
         }
     }

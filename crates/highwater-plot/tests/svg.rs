@@ -1,0 +1,430 @@
+//! Structural checks on every figure: the SVG must parse, be safe to inline into markdown,
+//! follow the theme, and carry what the reader needs (legend, markers, escaped labels).
+
+use highwater_plot::{Bar, DeathHistogram, HighWaterChart, PALETTE, Series, StackedBars};
+use roxmltree::{Document, Node};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+fn hex(i: usize) -> String {
+    let c = PALETTE[i];
+    format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+}
+
+/// Everything that must hold for any figure; returns the parsed document.
+fn inline_safe(svg: &str) -> Document<'_> {
+    assert!(svg.starts_with("<svg "), "must start with the svg element");
+    assert!(svg.ends_with("</svg>\n"));
+    for bad in [
+        "<?xml",
+        "<!DOCTYPE",
+        "<script",
+        "href",
+        "url(",
+        "<image",
+        "@import",
+    ] {
+        assert!(!svg.contains(bad), "contains {bad}");
+    }
+    for (i, line) in svg.lines().enumerate() {
+        assert!(
+            !line.trim().is_empty(),
+            "blank line {i} would end the HTML block"
+        );
+    }
+    // The opening tag must sit on one line by itself (CommonMark HTML block, type 7).
+    let first = svg.lines().next().unwrap();
+    assert!(first.starts_with("<svg ") && first.ends_with('>'));
+    // No key colour or foreground sentinel may leak through the rewrite.
+    assert!(!svg.contains("#010203"), "foreground sentinel leaked");
+    assert!(!svg.contains("\"#0103"), "key colour leaked");
+    assert!(svg.contains("currentColor"));
+
+    let doc = Document::parse(svg).expect("well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    assert_eq!(
+        root.tag_name().namespace(),
+        Some("http://www.w3.org/2000/svg")
+    );
+    let vb: Vec<f64> = root
+        .attribute("viewBox")
+        .expect("viewBox")
+        .split(' ')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(vb.len(), 4);
+    assert!(vb[2] > 100.0 && vb[3] > 100.0);
+    assert_eq!(root.attribute("width"), Some("100%"));
+    assert_eq!(root.attribute("height"), None, "height follows the viewBox");
+    let style = root.attribute("style").unwrap();
+    assert!(style.contains(&format!("max-width:{}px", vb[2])));
+    for n in doc.descendants().filter(|n| n.is_element()) {
+        // Text, axes and grid in currentColor; no white or black backgrounds.
+        if n.has_tag_name("rect") {
+            let w: f64 = n.attribute("width").unwrap().parse().unwrap();
+            let h: f64 = n.attribute("height").unwrap().parse().unwrap();
+            assert!(
+                w < vb[2] * 0.95 || h < vb[3] * 0.5,
+                "a rect covers the canvas"
+            );
+            assert_ne!(n.attribute("fill"), Some("#FFFFFF"));
+        }
+        if n.has_tag_name("text") {
+            assert_eq!(n.attribute("font-family"), Some("sans-serif"));
+            assert!(!text(n).is_empty(), "empty text element");
+        }
+        // Every paint is currentColor, a palette colour, black ink, or none.
+        for attr in ["fill", "stroke"] {
+            if let Some(v) = n.attribute(attr) {
+                assert!(
+                    v == "currentColor"
+                        || v == "none"
+                        || v == "#000000"
+                        || (0..PALETTE.len()).any(|i| v == hex(i)),
+                    "{attr}={v} on <{}>",
+                    n.tag_name().name()
+                );
+            }
+        }
+    }
+    // Text and axes are in currentColor (not just the grid).
+    assert!(
+        doc.descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .any(|n| n.attribute("fill") == Some("currentColor"))
+    );
+    doc
+}
+
+fn text(n: Node<'_, '_>) -> String {
+    n.text().unwrap_or("").trim().to_string()
+}
+
+fn texts(doc: &Document<'_>) -> Vec<String> {
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(text)
+        .collect()
+}
+
+fn run(arm: &str, label: &str, steps: u32, per_step: u64, died_at: Option<u32>) -> Series {
+    Series {
+        arm: arm.into(),
+        label: label.into(),
+        points: (0..steps)
+            .map(|s| (s, GIB + u64::from(s) * per_step))
+            .collect(),
+        died_at,
+    }
+}
+
+fn chart() -> HighWaterChart {
+    HighWaterChart {
+        title: "High-water <& friends>".into(),
+        card_bytes: 16 * GIB,
+        series: vec![
+            run("tensor <Disabled> & co", "seed 0", 240, 64 * MIB, Some(239)),
+            run("tensor <Disabled> & co", "seed 1", 200, 80 * MIB, Some(199)),
+            run("fused", "seed 0", 400, MIB, None),
+            run("fused", "seed 1", 400, 2 * MIB, None),
+        ],
+    }
+}
+
+#[test]
+fn high_water_is_inline_safe_and_complete() {
+    let svg = chart().to_svg();
+    let doc = inline_safe(&svg);
+    let t = texts(&doc);
+    // Title, arms (legend headings) and seeds, escaped and round-tripped.
+    for want in [
+        "High-water <& friends>",
+        "tensor <Disabled> & co",
+        "fused",
+        "seed 0",
+        "seed 1",
+        "card capacity (16 GiB)",
+        "card 16 GiB",
+        "step",
+        "pool high-water",
+    ] {
+        assert!(
+            t.iter().any(|x| x == want),
+            "missing text {want:?} in {t:?}"
+        );
+    }
+    assert!(svg.contains("tensor &lt;Disabled&gt; &amp; co"));
+    assert_eq!(
+        doc.root_element().attribute("aria-label"),
+        Some("High-water <& friends>")
+    );
+    // Byte ticks in binary units.
+    assert!(t.iter().any(|x| x == "15 GiB"), "{t:?}");
+    assert!(
+        t.iter().any(|x| x == "400"),
+        "x axis ends at a round step: {t:?}"
+    );
+}
+
+#[test]
+fn a_death_marker_per_died_series() {
+    let c = chart();
+    let svg = c.to_svg();
+    let doc = inline_safe(&svg);
+    // The step of each death is written beside its cross, in its arm's colour.
+    for step in ["239", "199"] {
+        let n = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text") && text(*n) == step)
+            .collect::<Vec<_>>();
+        assert_eq!(n.len(), 1, "death label {step}");
+        assert_eq!(n[0].attribute("fill"), Some(hex(0).as_str()));
+    }
+    // A cross is two 3-px strokes: two per death in the arm colour, two in the legend.
+    let crosses = |colour: &str| {
+        doc.descendants()
+            .filter(|n| {
+                n.has_tag_name("polyline")
+                    && n.attribute("stroke-width") == Some("3")
+                    && n.attribute("stroke") == Some(colour)
+            })
+            .count()
+    };
+    assert_eq!(crosses(&hex(0)), 4);
+    assert_eq!(crosses(&hex(1)), 0, "the fused arm never died");
+    assert_eq!(crosses("currentColor"), 2, "legend cross");
+
+    // No death, no marker, no legend entry for it.
+    let mut alive = c.clone();
+    for s in &mut alive.series {
+        s.died_at = None;
+    }
+    let svg = alive.to_svg();
+    let doc = inline_safe(&svg);
+    assert!(!texts(&doc).iter().any(|t| t.contains("out of memory")));
+    assert!(
+        !doc.descendants()
+            .any(|n| n.attribute("stroke-width") == Some("3"))
+    );
+}
+
+#[test]
+fn seeds_of_an_arm_share_a_colour_and_differ_in_dash() {
+    let svg = chart().to_svg();
+    let doc = inline_safe(&svg);
+    // The data lines: 2-px polylines with many points.
+    let lines: Vec<(String, Option<String>)> = doc
+        .descendants()
+        .filter(|n| {
+            n.has_tag_name("polyline") && n.attribute("points").unwrap().split(' ').count() > 100
+        })
+        .map(|n| {
+            (
+                n.attribute("stroke").unwrap().to_string(),
+                n.attribute("stroke-dasharray").map(str::to_string),
+            )
+        })
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(lines[0].0, hex(0));
+    assert_eq!(lines[1].0, hex(0));
+    assert_eq!(lines[2].0, hex(1));
+    assert_eq!(lines[3].0, hex(1));
+    assert_eq!(lines[0].1, None);
+    assert!(lines[1].1.is_some());
+    assert_ne!(lines[0].1, lines[1].1);
+    // The card line is dashed and follows the theme.
+    assert!(
+        doc.descendants()
+            .any(|n| n.attribute("stroke") == Some("currentColor")
+                && n.attribute("stroke-dasharray").is_some())
+    );
+    // The grid is faint.
+    assert!(doc.descendants().any(|n| {
+        n.has_tag_name("line")
+            && n.attribute("stroke") == Some("currentColor")
+            && n.attribute("opacity")
+                .and_then(|o| o.parse::<f64>().ok())
+                .is_some_and(|o| o < 0.5)
+    }));
+}
+
+#[test]
+fn newlines_in_labels_cannot_end_the_html_block() {
+    let mut c = chart();
+    c.title = "two\n\nparagraphs".into();
+    c.series[0].label = "seed\n\n 0".into();
+    c.series[0].arm = "\n\n".into();
+    let svg = c.to_svg();
+    inline_safe(&svg);
+    assert!(svg.contains("two paragraphs"));
+}
+
+#[test]
+fn degenerate_inputs_still_draw() {
+    for c in [
+        HighWaterChart::default(),
+        HighWaterChart {
+            card_bytes: 0,
+            series: vec![Series {
+                points: vec![(0, 0)],
+                died_at: Some(0),
+                ..Series::default()
+            }],
+            ..HighWaterChart::default()
+        },
+        HighWaterChart {
+            card_bytes: u64::MAX,
+            series: vec![run("a", "b", 3, u64::MAX / 8, None)],
+            ..HighWaterChart::default()
+        },
+    ] {
+        inline_safe(&c.to_svg());
+    }
+    inline_safe(&StackedBars::default().to_svg());
+    inline_safe(
+        &StackedBars {
+            bars: vec![Bar::default()],
+            ..StackedBars::default()
+        }
+        .to_svg(),
+    );
+    inline_safe(&DeathHistogram::default().to_svg());
+}
+
+#[test]
+fn many_arms_cycle_the_palette() {
+    let series = (0..12)
+        .map(|i| run(&format!("arm {i}"), "only", 10, MIB, None))
+        .collect();
+    let svg = HighWaterChart {
+        card_bytes: 2 * GIB,
+        series,
+        ..HighWaterChart::default()
+    }
+    .to_svg();
+    let doc = inline_safe(&svg);
+    assert!(texts(&doc).iter().any(|t| t == "arm 11"));
+}
+
+fn ledger() -> StackedBars {
+    let seg = |n: &str, b: u64| (n.to_string(), b);
+    StackedBars {
+        title: "Ledger".into(),
+        bars: vec![
+            Bar {
+                label: "tensor <path> & Disabled".into(),
+                segments: vec![
+                    seg("matmul inputs", 64 * MIB),
+                    seg("x·σ(x) <products>", 96 * MIB),
+                    seg("tiny", 1024),
+                ],
+            },
+            Bar {
+                label: "fused".into(),
+                segments: vec![seg("matmul inputs", 64 * MIB), seg("saved", 32 * MIB)],
+            },
+        ],
+    }
+}
+
+#[test]
+fn stacked_bars_label_every_bar_segment_and_total() {
+    let svg = ledger().to_svg();
+    let doc = inline_safe(&svg);
+    let t = texts(&doc);
+    for want in [
+        "Ledger",
+        "tensor <path> & Disabled",
+        "fused",
+        "matmul inputs",
+        "x·σ(x) <products>",
+        "tiny",
+        "saved",
+        // totals, in binary units
+        "160 MiB",
+        "96 MiB",
+        // segment values that fit inside their segment
+        "64 MiB",
+        "32 MiB",
+    ] {
+        assert!(t.iter().any(|x| x == want), "missing {want:?} in {t:?}");
+    }
+    assert!(
+        !t.iter().any(|x| x == "1 KiB"),
+        "a 1 KiB sliver has no room for a label"
+    );
+    // One legend entry per distinct segment name, however many bars use it.
+    assert_eq!(t.iter().filter(|x| *x == "matmul inputs").count(), 1);
+    // Same name, same colour, in both bars and the legend swatch.
+    let fills = |c: &str| {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(c))
+            .count()
+    };
+    assert_eq!(fills(&hex(0)), 3, "matmul inputs: two bars + legend");
+    assert_eq!(fills(&hex(1)), 2, "products: one bar + legend");
+    // Segment values are black ink on the fill, whatever the theme.
+    assert!(
+        doc.descendants()
+            .any(|n| n.has_tag_name("text") && n.attribute("fill") == Some("#000000"))
+    );
+}
+
+#[test]
+fn stacked_bars_shorten_very_long_labels() {
+    let mut b = ledger();
+    b.bars[0].label = "a very long path name ".repeat(20);
+    let svg = b.to_svg();
+    let doc = inline_safe(&svg);
+    assert!(texts(&doc).iter().any(|t| t.ends_with('…')));
+}
+
+#[test]
+fn death_histogram_counts_and_sets_survivors_apart() {
+    let mut died_at: Vec<Option<u32>> = vec![None; 7];
+    died_at.extend([Some(201), Some(205), Some(207), Some(310)]);
+    let h = DeathHistogram {
+        title: "When they die".into(),
+        steps: 400,
+        died_at,
+        bin_width: None,
+    };
+    let (bins, survived) = h.bins();
+    assert_eq!(survived, 7);
+    assert_eq!(bins.iter().map(|b| b.1).sum::<u32>(), 4);
+    let svg = h.to_svg();
+    let doc = inline_safe(&svg);
+    let t = texts(&doc);
+    for want in [
+        "When they die",
+        "survived",
+        "7",
+        "3",
+        "died: 4 of 11 runs, per 10-step bin",
+        "survived all 400 steps: 7 of 11",
+        "step of death",
+        "runs",
+    ] {
+        assert!(t.iter().any(|x| x == want), "missing {want:?} in {t:?}");
+    }
+    // Died and survived in different colours: two bins + swatch, one bar + swatch.
+    let fills = |c: &str| {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(c))
+            .count()
+    };
+    assert_eq!(fills(&hex(1)), 3);
+    assert_eq!(fills(&hex(0)), 2);
+}
+
+#[test]
+fn mdbook_lowercased_viewbox_is_still_valid_markup() {
+    // mdbook 0.5 rewrites `viewBox` to `viewbox`; browsers fix the case for inline SVG
+    // (checked in Chromium with examples/gallery.rs). The markup stays well-formed.
+    let svg = chart().to_svg().replace("viewBox=", "viewbox=");
+    let doc = Document::parse(&svg).unwrap();
+    assert!(doc.root_element().attribute("viewbox").is_some());
+}
