@@ -1,0 +1,106 @@
+//! The `main` of a generated cell crate: runs the cells named on the command line, one after
+//! another, in this one process.
+//!
+//! Protocol with the preprocessor (the parent):
+//! - argv: `RESULTS_DIR ID…`;
+//! - on the process's original stdout, one line `start ID` before a cell and `end ID` after it,
+//!   so the parent can time each cell and knows which one was running if the process dies;
+//! - for each cell, `RESULTS_DIR/ID.stdout` and `ID.stderr` (the cell's file descriptors 1 and 2
+//!   are redirected there, so output of libraries and child processes is captured too) and
+//!   `ID.value`: the output kind on the first line, its body after (`panic` for a panic).
+
+use crate::Output;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Mutex;
+
+unsafe extern "C" {
+    fn dup(fd: i32) -> i32;
+    fn dup2(from: i32, to: i32) -> i32;
+}
+
+/// A cell as the generated crate lists it.
+pub type Cell = (&'static str, fn() -> Output);
+
+static PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+/// Runs the cells named in `std::env::args()` and exits.
+pub fn main(cells: &[Cell]) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((dir, ids)) = args.split_first() else {
+        eprintln!("usage: cells RESULTS_DIR ID…");
+        std::process::exit(2);
+    };
+    let dir = Path::new(dir);
+    // SAFETY: dup on the process's own standard descriptors; the copies stay open for its life.
+    let (status_fd, err_fd) = unsafe { (dup(1), dup(2)) };
+    if status_fd < 0 || err_fd < 0 {
+        eprintln!("cells: cannot duplicate stdout/stderr");
+        std::process::exit(2);
+    }
+    // SAFETY: status_fd is a fresh descriptor owned by nobody else.
+    let mut status = unsafe { File::from_raw_fd(status_fd) };
+
+    panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "Box<dyn Any>".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        *PANIC.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{msg}{at}"));
+    }));
+
+    for id in ids {
+        let _ = writeln!(status, "start {id}");
+        let _ = status.flush();
+        let (kind, body) = match cells.iter().find(|(name, _)| name == id) {
+            Some((_, run)) => run_one(dir, id, *run, err_fd),
+            None => ("error".into(), format!("no cell named {id} in this crate")),
+        };
+        let value = format!("{kind}\n{body}");
+        if let Err(e) = std::fs::write(dir.join(format!("{id}.value")), value) {
+            let _ = writeln!(status, "fail {id} {e}");
+        }
+        let _ = writeln!(status, "end {id}");
+        let _ = status.flush();
+    }
+}
+
+fn run_one(dir: &Path, id: &str, run: fn() -> Output, err_fd: i32) -> (String, String) {
+    let redirect = |name: &str, fd: i32| -> std::io::Result<File> {
+        let file = File::create(dir.join(format!("{id}.{name}")))?;
+        // SAFETY: points fd 1 or 2 at a file we own; restored below.
+        if unsafe { dup2(file.as_raw_fd(), fd) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(file)
+    };
+    let files = (redirect("stdout", 1), redirect("stderr", 2));
+    let result = panic::catch_unwind(AssertUnwindSafe(run));
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: restores fd 2 from our saved copy; fd 1 goes back to /dev/null-like silence by
+    // pointing it at stderr's copy, since the parent reads only the status channel.
+    unsafe {
+        dup2(err_fd, 1);
+        dup2(err_fd, 2);
+    }
+    if let (Err(e), _) | (_, Err(e)) = &files {
+        return ("error".into(), format!("cannot capture output: {e}"));
+    }
+    match result {
+        Ok(output) => (output.kind().into(), output.body().into()),
+        Err(_) => {
+            let msg = PANIC.lock().unwrap_or_else(|e| e.into_inner()).take();
+            ("panic".into(), msg.unwrap_or_else(|| "panicked".into()))
+        }
+    }
+}

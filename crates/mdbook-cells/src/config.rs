@@ -1,0 +1,162 @@
+//! The book's `[preprocessor.cells]` table.
+
+use crate::Error;
+use crate::parse::closest;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Settings for the whole book.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Config {
+    /// Dependencies of the generated cell crate, as in a `Cargo.toml` (relative `path`s are
+    /// taken from the book root).
+    #[serde(default)]
+    pub dependencies: toml::Table,
+    /// Where the cell crate, its build and the output cache live, relative to the book root.
+    /// Never under `src/` (serve would rebuild forever) nor the build directory (wiped).
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: PathBuf,
+    /// Fail the build on any unexpected cell failure. `MDBOOK_CELLS_STRICT=1` also sets it.
+    #[serde(default)]
+    pub strict: bool,
+    /// Seconds a cell may run before it is killed.
+    #[serde(default = "default_timeout")]
+    pub timeout: u64,
+    /// Bytes of printed output or value kept per cell; the rest is cut with a note.
+    #[serde(default = "default_output_limit")]
+    pub output_limit: usize,
+    /// Extra files or folders whose contents every cell's output depends on. The folders of
+    /// path dependencies are always included.
+    #[serde(default)]
+    pub inputs: Vec<PathBuf>,
+    /// Keys that belong to mdbook itself (`command`, `after`, …) or that we don't know.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, toml::Value>,
+}
+
+fn default_cache_dir() -> PathBuf {
+    PathBuf::from("target/mdbook-cells")
+}
+fn default_timeout() -> u64 {
+    60
+}
+fn default_output_limit() -> usize {
+    1 << 20
+}
+
+const KNOWN: &[&str] = &[
+    "dependencies",
+    "cache-dir",
+    "strict",
+    "timeout",
+    "output-limit",
+    "inputs",
+];
+const MDBOOK_KEYS: &[&str] = &["command", "before", "after", "renderers", "optional"];
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            dependencies: toml::Table::new(),
+            cache_dir: default_cache_dir(),
+            strict: false,
+            timeout: default_timeout(),
+            output_limit: default_output_limit(),
+            inputs: Vec::new(),
+            other: BTreeMap::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Checks what serde cannot: misspelt keys, and a cache inside the book's source.
+    pub fn validate(&self, root: &Path, src_dir: &Path) -> Result<(), Error> {
+        for key in self.other.keys() {
+            if MDBOOK_KEYS.contains(&key.as_str()) {
+                continue;
+            }
+            let hint = closest(key, KNOWN)
+                .map(|k| format!("; did you mean `{k}`?"))
+                .unwrap_or_default();
+            return Err(Error::Config(format!(
+                "unknown key `{key}` in [preprocessor.cells]{hint}"
+            )));
+        }
+        let cache = root.join(&self.cache_dir);
+        if cache.starts_with(root.join(src_dir)) {
+            return Err(Error::Config(format!(
+                "cache-dir `{}` is inside the book's source: every write would trigger a rebuild",
+                self.cache_dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The folders of the path dependencies, absolute.
+    pub fn path_dependencies(&self, root: &Path) -> Vec<PathBuf> {
+        self.dependencies
+            .values()
+            .filter_map(|dep| dep.get("path")?.as_str())
+            .map(|p| root.join(p))
+            .collect()
+    }
+
+    /// The dependency table with relative paths made absolute, for the generated crate.
+    pub fn absolute_dependencies(&self, root: &Path) -> toml::Table {
+        let mut deps = self.dependencies.clone();
+        for (_, dep) in deps.iter_mut() {
+            if let Some(table) = dep.as_table_mut()
+                && let Some(toml::Value::String(p)) = table.get_mut("path")
+            {
+                *p = root.join(p.as_str()).display().to_string();
+            }
+        }
+        deps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Config {
+        toml::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn defaults_and_mdbook_keys_pass() {
+        let c = parse("command = \"x\"\nafter = [\"links\"]\n");
+        assert_eq!(c.timeout, 60);
+        c.validate(Path::new("/b"), Path::new("src")).unwrap();
+    }
+
+    #[test]
+    fn misspelt_key_is_named_with_a_suggestion() {
+        let err = parse("timout = 3").validate(Path::new("/b"), Path::new("src"));
+        let msg = err.unwrap_err().to_string();
+        assert!(
+            msg.contains("`timout`") && msg.contains("did you mean `timeout`"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn cache_inside_src_is_refused() {
+        let c = parse("cache-dir = \"src/cache\"");
+        assert!(c.validate(Path::new("/b"), Path::new("src")).is_err());
+    }
+
+    #[test]
+    fn relative_paths_become_absolute() {
+        let c = parse("[dependencies]\nfoo = { path = \"crates/foo\" }\nbar = \"1\"\n");
+        let deps = c.absolute_dependencies(Path::new("/book"));
+        assert_eq!(deps["foo"]["path"].as_str(), Some("/book/crates/foo"));
+        assert_eq!(deps["bar"].as_str(), Some("1"));
+        assert_eq!(
+            c.path_dependencies(Path::new("/book")),
+            [Path::new("/book/crates/foo")]
+        );
+    }
+}

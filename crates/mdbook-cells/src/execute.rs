@@ -1,0 +1,221 @@
+//! Running the compiled cells: one child process for all of them, restarted after a cell that
+//! hangs (killed at its timeout) or takes the process down (abort, stack overflow, signal).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// One cell to run.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub module: String,
+    pub timeout: Duration,
+}
+
+/// What happened when a cell ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ran {
+    pub stdout: String,
+    pub stderr: String,
+    pub end: End,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The harness's kind and body (see `cell_output::Output`).
+    Value {
+        kind: String,
+        body: String,
+    },
+    Panicked(String),
+    TimedOut(Duration),
+    /// The process died while the cell ran.
+    Died(String),
+}
+
+/// How long the harness may take to start the next cell (process start-up, dynamic linking).
+const START_GRACE: Duration = Duration::from_secs(30);
+
+/// Runs `jobs` with the binary built from the cell crate; `cwd` is the book root.
+pub fn run_all(
+    binary: &Path,
+    cwd: &Path,
+    results: &Path,
+    jobs: &[Job],
+    output_limit: usize,
+) -> std::io::Result<Vec<(String, Ran)>> {
+    std::fs::create_dir_all(results)?;
+    let mut done = Vec::new();
+    let mut rest: &[Job] = jobs;
+    while !rest.is_empty() {
+        let harness_stderr = results.join("harness.stderr");
+        let mut child = Command::new(binary)
+            .arg(results)
+            .args(rest.iter().map(|j| &j.module))
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&harness_stderr)?)
+            .spawn()?;
+        let lines = status_lines(&mut child);
+        let mut finished = 0;
+        for job in rest {
+            let started = wait_for(&lines, &format!("start {}", job.module), START_GRACE);
+            let end = match started {
+                Wait::Seen => wait_for(&lines, &format!("end {}", job.module), job.timeout),
+                other => other,
+            };
+            let files = Files::new(results, &job.module, output_limit);
+            match end {
+                Wait::Seen => {
+                    done.push((job.module.clone(), files.finished()));
+                    finished += 1;
+                }
+                Wait::Timeout => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    done.push((job.module.clone(), files.ended(End::TimedOut(job.timeout))));
+                    finished += 1;
+                    break;
+                }
+                Wait::Closed => {
+                    let status = child.wait()?;
+                    let stderr = std::fs::read(&harness_stderr).unwrap_or_default();
+                    let stderr = clip(stderr, output_limit);
+                    let why = describe_exit(status, &stderr);
+                    done.push((job.module.clone(), files.ended(End::Died(why))));
+                    finished += 1;
+                    break;
+                }
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        rest = &rest[finished..];
+    }
+    Ok(done)
+}
+
+enum Wait {
+    Seen,
+    Timeout,
+    Closed,
+}
+
+fn wait_for(lines: &Receiver<String>, expected: &str, timeout: Duration) -> Wait {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line == expected => return Wait::Seen,
+            Ok(_) => continue,
+            Err(RecvTimeoutError::Timeout) => return Wait::Timeout,
+            Err(RecvTimeoutError::Disconnected) => return Wait::Closed,
+        }
+    }
+}
+
+/// The harness's status channel, line by line, on a thread so that waits can time out.
+fn status_lines(child: &mut Child) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn describe_exit(status: std::process::ExitStatus, stderr: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let how = match (status.code(), status.signal()) {
+        (_, Some(sig)) => format!("the cell process was killed by signal {sig}"),
+        (Some(code), _) => format!("the cell process exited with status {code}"),
+        _ => "the cell process ended".to_string(),
+    };
+    let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
+    if tail.is_empty() {
+        how
+    } else {
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!("{how}\n{}", tail.join("\n"))
+    }
+}
+
+struct Files {
+    base: PathBuf,
+    limit: usize,
+}
+
+impl Files {
+    fn new(results: &Path, module: &str, limit: usize) -> Files {
+        Files {
+            base: results.join(module),
+            limit,
+        }
+    }
+
+    fn read(&self, ext: &str) -> Option<String> {
+        let path = self.base.with_extension(ext);
+        let file = std::fs::File::open(&path).ok()?;
+        let mut bytes = Vec::new();
+        // Read one byte past the limit to know whether there was more.
+        file.take(self.limit as u64 + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        let _ = std::fs::remove_file(&path);
+        Some(clip(bytes, self.limit))
+    }
+
+    fn ended(&self, end: End) -> Ran {
+        Ran {
+            stdout: self.read("stdout").unwrap_or_default(),
+            stderr: self.read("stderr").unwrap_or_default(),
+            end,
+        }
+    }
+
+    fn finished(&self) -> Ran {
+        let value = self.read("value");
+        let end = match value.as_deref().and_then(|v| v.split_once('\n')) {
+            Some(("panic", msg)) => End::Panicked(msg.to_string()),
+            Some((kind, body)) => End::Value {
+                kind: kind.to_string(),
+                body: body.to_string(),
+            },
+            None => End::Died("the cell ran but left no result".into()),
+        };
+        self.ended(end)
+    }
+}
+
+/// Bytes to text: invalid UTF-8 shown lossily, anything past `limit` cut with a note.
+pub fn clip(mut bytes: Vec<u8>, limit: usize) -> String {
+    let cut = bytes.len() > limit;
+    bytes.truncate(limit);
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if cut {
+        text.push_str(&format!(
+            "\n… output cut at {limit} bytes (the cell printed more)"
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_is_lossy_and_notes_the_cut() {
+        assert_eq!(clip(b"ok\xff".to_vec(), 10), "ok\u{fffd}");
+        let text = clip(vec![b'a'; 20], 5);
+        assert!(text.starts_with("aaaaa\n… output cut at 5 bytes"));
+    }
+}

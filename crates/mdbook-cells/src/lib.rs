@@ -1,0 +1,612 @@
+//! `mdbook-cells`: an mdbook preprocessor whose ```` ```cell ```` blocks are Rust that runs.
+//!
+//! The walk, once per build: **parse** every chapter into prose and cells → **plan**: hash each
+//! cell's inputs and look it up in the output cache → **compile** the cells that missed, all of
+//! the book's cells being one generated crate → **execute** them in one child process →
+//! **render** code and output back into the chapters. [`process`] is that walk over plain
+//! strings; [`Cells`] adapts it to mdbook's preprocessor protocol.
+
+pub mod cache;
+pub mod compile;
+pub mod config;
+pub mod execute;
+pub mod parse;
+pub mod render;
+
+use cache::{Cache, KeyHasher, Stored};
+use compile::{CellCrate, CellSource};
+use config::Config;
+use parse::{CellBlock, Segment};
+use render::{Label, Labels, Shown};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid [preprocessor.cells] configuration: {0}")]
+    Config(String),
+    #[error("cell cache at {path}: {source}")]
+    Cache {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write the cell crate at {path}: {source}")]
+    Crate {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot run the cells: {0}")]
+    Run(std::io::Error),
+}
+
+/// A chapter as [`process`] sees it.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The chapter's file as messages name it (`src/intro.md`).
+    pub source: String,
+    /// The page it becomes (`part-1/intro.html`), for links between chapters.
+    pub html_path: String,
+    /// Its section number (`"2.1."`), used in figure and table labels.
+    pub number: Option<String>,
+    pub content: String,
+}
+
+/// A failure strict mode refuses: `chapter.md:LINE: cell failed: reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    pub line: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: cell failed: {}",
+            self.file, self.line, self.reason
+        )
+    }
+}
+
+/// What a build did.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub problems: Vec<Problem>,
+    pub cells: usize,
+    pub cached: usize,
+    pub ran: usize,
+    pub compile_time: Duration,
+    pub run_time: Duration,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} cells: {} cached, {} ran (compile {:.1} s, run {:.1} s), {} problem(s)",
+            self.cells,
+            self.cached,
+            self.ran,
+            self.compile_time.as_secs_f64(),
+            self.run_time.as_secs_f64(),
+            self.problems.len()
+        )
+    }
+}
+
+/// Bumped whenever the generated code or the stored format changes meaning.
+const ENGINE: &str = concat!("mdbook-cells ", env!("CARGO_PKG_VERSION"), " wire 1");
+
+/// A cell found in the book, with what it needs to be run and shown.
+struct Found {
+    doc: usize,
+    segment: usize,
+    module: String,
+    key: Option<String>,
+}
+
+/// Runs every cell of `docs` (cached where possible) and rewrites their content with the
+/// outputs. Failures are rendered in place and listed in the report; the caller decides
+/// whether they fail the build.
+pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Report, Error> {
+    let mut report = Report::default();
+    let parsed: Vec<Vec<Segment>> = docs.iter().map(|d| parse::split(&d.content)).collect();
+
+    // Each chapter's prelude: the code shared by its cells (one per chapter).
+    let mut preludes: Vec<Option<(String, usize)>> = vec![None; docs.len()];
+    let mut extra_errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
+    for (d, segments) in parsed.iter().enumerate() {
+        for (s, seg) in segments.iter().enumerate() {
+            if let Segment::Cell(c) = seg
+                && c.options.prelude
+            {
+                if preludes[d].is_some() {
+                    extra_errors
+                        .entry((d, s))
+                        .or_default()
+                        .push("a chapter has one prelude cell; merge them".into());
+                } else {
+                    preludes[d] = Some((c.code.clone(), c.code_line));
+                }
+            }
+        }
+    }
+
+    // Plan: a module name and a cache key for every runnable cell.
+    let environment = environment_key(root, config);
+    let mut found = Vec::new();
+    for (d, segments) in parsed.iter().enumerate() {
+        for (s, seg) in segments.iter().enumerate() {
+            let Segment::Cell(c) = seg else { continue };
+            let runnable = !c.options.prelude
+                && !c.options.gpu
+                && c.option_errors.is_empty()
+                && !extra_errors.contains_key(&(d, s));
+            let key = runnable.then(|| {
+                let mut h = environment.clone();
+                if let Some((p, _)) = &preludes[d] {
+                    h.part("prelude", p.as_bytes());
+                }
+                h.part("code", c.code.as_bytes())
+                    .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())
+                    .part("expect-fail", &[u8::from(c.options.expect_fail)]);
+                for read in &c.options.reads {
+                    h.tree(&root.join(read));
+                }
+                h.finish()
+            });
+            found.push(Found {
+                doc: d,
+                segment: s,
+                module: module_name(&docs[d].source, s),
+                key,
+            });
+        }
+    }
+    report.cells = found.iter().filter(|f| f.key.is_some()).count();
+
+    let cache_dir = root.join(&config.cache_dir);
+    let cache = Cache::open(&cache_dir).map_err(|source| Error::Cache {
+        path: cache_dir.clone(),
+        source,
+    })?;
+    let mut outcomes: HashMap<String, Stored> = HashMap::new();
+    let mut misses = Vec::new();
+    for f in &found {
+        let Some(key) = &f.key else { continue };
+        match cache.get(key) {
+            Some(stored) => {
+                outcomes.insert(f.module.clone(), stored);
+                report.cached += 1;
+            }
+            None => misses.push(f),
+        }
+    }
+
+    // Compile and run what missed; prelude errors are shown at the prelude.
+    let mut prelude_errors: HashMap<usize, String> = HashMap::new();
+    if !misses.is_empty() {
+        let cell_of = |f: &Found| -> &CellBlock {
+            match &parsed[f.doc][f.segment] {
+                Segment::Cell(c) => c,
+                Segment::Prose(_) => unreachable!("found cells point at cells"),
+            }
+        };
+        // Every runnable cell goes into the crate so its module set is stable between
+        // builds; cached compile failures stay out (they would fail again).
+        let sources: Vec<CellSource> = found
+            .iter()
+            .filter(|f| f.key.is_some())
+            .filter(|f| outcomes.get(&f.module).is_none_or(|o| o.kind != "compile"))
+            .map(|f| {
+                let c = cell_of(f);
+                CellSource {
+                    module: f.module.clone(),
+                    chapter: docs[f.doc].source.clone(),
+                    prelude: preludes[f.doc].clone(),
+                    code: c.code.clone(),
+                    code_line: c.code_line,
+                    last_line: c.last_code_line(),
+                }
+            })
+            .collect();
+        let crate_dir = cache_dir.join("crate");
+        let krate = CellCrate::write(
+            &crate_dir,
+            &cache_dir.join("target"),
+            &cell_crate_dependencies(root, config),
+            &sources,
+            Some(&root.join("Cargo.lock")),
+        )
+        .map_err(|source| Error::Crate {
+            path: crate_dir.clone(),
+            source,
+        })?;
+        let started = Instant::now();
+        let compiled = krate.compile();
+        report.compile_time = started.elapsed();
+
+        let mut jobs = Vec::new();
+        for f in &misses {
+            if let Some(global) = &compiled.global {
+                outcomes.insert(f.module.clone(), failure("build", global));
+            } else if let Some(diags) = compiled.errors.get(&f.module) {
+                let (in_prelude, in_cell): (Vec<_>, Vec<_>) =
+                    diags.iter().partition(|d| d.in_prelude);
+                if !in_prelude.is_empty() {
+                    let text: Vec<&str> = in_prelude.iter().map(|d| d.rendered.as_str()).collect();
+                    prelude_errors.insert(f.doc, text.join("\n\n"));
+                }
+                let text: Vec<&str> = if in_cell.is_empty() {
+                    vec!["this chapter's prelude did not compile (its error is shown there)"]
+                } else {
+                    in_cell.iter().map(|d| d.rendered.as_str()).collect()
+                };
+                outcomes.insert(f.module.clone(), failure("compile", &text.join("\n\n")));
+            } else {
+                let c = cell_of(f);
+                let secs = c.options.timeout.unwrap_or(config.timeout);
+                jobs.push(execute::Job {
+                    module: f.module.clone(),
+                    timeout: Duration::from_secs(secs),
+                });
+            }
+        }
+        if let (Some(binary), false) = (&compiled.binary, jobs.is_empty()) {
+            let started = Instant::now();
+            let results = cache_dir.join("results");
+            let ran = execute::run_all(binary, root, &results, &jobs, config.output_limit)
+                .map_err(Error::Run)?;
+            report.run_time = started.elapsed();
+            report.ran = ran.len();
+            for (module, ran) in ran {
+                let (kind, body) = match ran.end {
+                    execute::End::Value { kind, body } => (kind, body),
+                    execute::End::Panicked(msg) => ("panic".into(), krate.map_panic_location(&msg)),
+                    execute::End::TimedOut(t) => (
+                        "timeout".into(),
+                        format!("killed after {} s (the cell's timeout)", t.as_secs()),
+                    ),
+                    execute::End::Died(why) => ("died".into(), why),
+                };
+                outcomes.insert(
+                    module,
+                    Stored {
+                        stdout: ran.stdout,
+                        stderr: ran.stderr,
+                        kind,
+                        body,
+                    },
+                );
+            }
+        }
+        // Keep what is worth keeping: outputs, and the failures that are a cell's content.
+        for f in &misses {
+            let (Some(key), Some(stored)) = (&f.key, outcomes.get(&f.module)) else {
+                continue;
+            };
+            let expected = cell_of(f).options.expect_fail;
+            let deterministic_failure =
+                matches!(stored.kind.as_str(), "compile" | "panic" | "error");
+            if (!is_failure(&stored.kind) || (expected && deterministic_failure))
+                && let Err(source) = cache.put(key, stored)
+            {
+                return Err(Error::Cache {
+                    path: cache_dir.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    let live: HashSet<String> = found.iter().filter_map(|f| f.key.clone()).collect();
+    cache.retain(&live).map_err(|source| Error::Cache {
+        path: cache_dir.clone(),
+        source,
+    })?;
+
+    // Labels first (a reference may point forward or into another chapter), then pages.
+    let mut labels = Labels::new();
+    let mut label_of: HashMap<(usize, usize), Label> = HashMap::new();
+    for (d, segments) in parsed.iter().enumerate() {
+        let mut counts = HashMap::new();
+        for (s, seg) in segments.iter().enumerate() {
+            let Segment::Cell(c) = seg else { continue };
+            let Some(id) = &c.options.id else { continue };
+            let n = counts.entry(&id[..4]).or_insert(0);
+            *n += 1;
+            let label = Label {
+                name: render::label_name(id, docs[d].number.as_deref(), *n),
+                html_path: docs[d].html_path.clone(),
+            };
+            if labels.insert(id.clone(), label.clone()).is_some() {
+                extra_errors
+                    .entry((d, s))
+                    .or_default()
+                    .push(format!("id `{id}` is used by another cell in the book"));
+            }
+            label_of.insert((d, s), label);
+        }
+    }
+    let by_position: HashMap<(usize, usize), &Found> =
+        found.iter().map(|f| ((f.doc, f.segment), f)).collect();
+    for (d, segments) in parsed.iter().enumerate() {
+        let doc = &docs[d];
+        let mut page = String::with_capacity(doc.content.len());
+        for (s, seg) in segments.iter().enumerate() {
+            match seg {
+                Segment::Prose(text) => {
+                    let (text, unknown) = render::references(text, &labels, &doc.html_path);
+                    for (id, line) in unknown {
+                        report.problems.push(Problem {
+                            file: doc.source.clone(),
+                            line: lines_before(segments, s) + line + 1,
+                            reason: format!("reference to unknown id `@{id}`"),
+                        });
+                    }
+                    page.push_str(&text);
+                }
+                Segment::Cell(c) => {
+                    let mut option_errors: Vec<String> =
+                        c.option_errors.iter().map(|e| e.to_string()).collect();
+                    option_errors.extend(extra_errors.remove(&(d, s)).unwrap_or_default());
+                    let module = &by_position[&(d, s)].module;
+                    let shown = if !option_errors.is_empty() {
+                        failed("bad cell options", option_errors.join("\n"))
+                    } else if c.options.prelude {
+                        match prelude_errors.get(&d) {
+                            Some(e) => failed("the prelude did not compile", e.clone()),
+                            None => Shown::Nothing,
+                        }
+                    } else if c.options.gpu {
+                        Shown::Note(
+                            "This cell needs a GPU run; no recorded output exists for it yet."
+                                .into(),
+                        )
+                    } else {
+                        match outcomes.get(module) {
+                            Some(stored) => shown_for(c, stored),
+                            None => failed("not run", "the cell was not run".into()),
+                        }
+                    };
+                    if let Shown::Failure {
+                        label,
+                        message,
+                        expected: false,
+                        ..
+                    } = &shown
+                    {
+                        let first = message.lines().next().unwrap_or_default();
+                        let line = first_line_number(message, &doc.source).unwrap_or(c.fence_line);
+                        report.problems.push(Problem {
+                            file: doc.source.clone(),
+                            line,
+                            reason: format!("{label}: {first}"),
+                        });
+                    }
+                    page.push_str(&render::cell(c, &shown, label_of.get(&(d, s))));
+                }
+            }
+        }
+        docs[d].content = page;
+    }
+    Ok(report)
+}
+
+fn failed(label: &str, message: String) -> Shown<'static> {
+    Shown::Failure {
+        label: label.into(),
+        message,
+        stdout: String::new(),
+        expected: false,
+    }
+}
+
+fn failure(kind: &str, message: &str) -> Stored {
+    Stored {
+        stdout: String::new(),
+        stderr: String::new(),
+        kind: kind.into(),
+        body: message.into(),
+    }
+}
+
+fn is_failure(kind: &str) -> bool {
+    matches!(
+        kind,
+        "compile" | "build" | "panic" | "error" | "timeout" | "died"
+    )
+}
+
+/// What the page shows for a cell that was compiled and run (now or in an earlier build).
+fn shown_for<'a>(cell: &CellBlock, stored: &'a Stored) -> Shown<'a> {
+    let expected = cell.options.expect_fail;
+    if !is_failure(&stored.kind) {
+        if expected {
+            return failed(
+                "expected a failure",
+                "this cell is marked `expect-fail` but it succeeded".into(),
+            );
+        }
+        return Shown::Output(stored);
+    }
+    let label = match stored.kind.as_str() {
+        "compile" => "compile error",
+        "build" => "the cell crate did not build",
+        "panic" => "panicked",
+        "error" => "returned an error",
+        "timeout" => "timed out",
+        _ => "the cell process died",
+    };
+    let mut message = stored.body.clone();
+    if !stored.stderr.is_empty() && stored.kind != "compile" {
+        message = format!("{message}\n\nstderr:\n{}", stored.stderr.trim_end());
+    }
+    Shown::Failure {
+        label: label.into(),
+        message,
+        stdout: stored.stdout.clone(),
+        expected,
+    }
+}
+
+/// The line a compile error points at (`--> src/x.md:LINE:COL`), if the message has one.
+fn first_line_number(message: &str, source: &str) -> Option<usize> {
+    let at = message.find(&format!("{source}:"))? + source.len() + 1;
+    let digits: String = message[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Chapter lines taken by the segments before `upto`.
+fn lines_before(segments: &[Segment], upto: usize) -> usize {
+    segments[..upto]
+        .iter()
+        .map(|s| match s {
+            Segment::Prose(p) => p.lines().count(),
+            // A cell's lines: fence, body, closing fence.
+            Segment::Cell(c) => c.code.lines().count() + (c.code_line - c.fence_line) + 1,
+        })
+        .sum()
+}
+
+/// A module name unique in the book and stable while the chapter's cells keep their order.
+fn module_name(source: &str, segment: usize) -> String {
+    let stem: String = source
+        .trim_start_matches("src/")
+        .trim_end_matches(".md")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("c_{stem}_{segment}")
+}
+
+/// Everything every cell's output depends on besides its own code.
+fn environment_key(root: &Path, config: &Config) -> KeyHasher {
+    let mut h = KeyHasher::default();
+    h.part("engine", ENGINE.as_bytes());
+    let rustc = std::process::Command::new("rustc")
+        .arg("-vV")
+        .current_dir(root)
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    h.part("rustc", &rustc);
+    h.part(
+        "dependencies",
+        toml::to_string(&config.dependencies)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    h.part(
+        "lockfile",
+        &std::fs::read(root.join("Cargo.lock")).unwrap_or_default(),
+    );
+    for dir in config.path_dependencies(root) {
+        h.tree(&dir);
+    }
+    for input in &config.inputs {
+        h.tree(&root.join(input));
+    }
+    h
+}
+
+/// The book's dependencies plus `cell-output`, which every cell crate needs.
+fn cell_crate_dependencies(root: &Path, config: &Config) -> toml::Table {
+    let mut deps = config.absolute_dependencies(root);
+    deps.entry("cell-output")
+        .or_insert_with(|| env!("CARGO_PKG_VERSION").into());
+    deps
+}
+
+/// The mdbook side: reads `[preprocessor.cells]`, runs [`process`] over the book's chapters.
+pub struct Cells;
+
+impl mdbook_preprocessor::Preprocessor for Cells {
+    fn name(&self) -> &str {
+        "cells"
+    }
+
+    fn run(
+        &self,
+        ctx: &mdbook_preprocessor::PreprocessorContext,
+        mut book: mdbook_preprocessor::book::Book,
+    ) -> mdbook_preprocessor::errors::Result<mdbook_preprocessor::book::Book> {
+        let config: Config = ctx.config.get("preprocessor.cells")?.unwrap_or_default();
+        let src = &ctx.config.book.src;
+        config.validate(&ctx.root, src)?;
+        let strict = config.strict
+            || std::env::var("MDBOOK_CELLS_STRICT").is_ok_and(|v| v == "1" || v == "true");
+
+        let mut docs = Vec::new();
+        book.for_each_chapter_mut(|ch| {
+            if let Some(path) = &ch.path {
+                docs.push(Document {
+                    source: src.join(path).display().to_string(),
+                    html_path: path.with_extension("html").display().to_string(),
+                    number: ch.number.as_ref().map(|n| n.to_string()),
+                    content: std::mem::take(&mut ch.content),
+                });
+            }
+        });
+        let report = process(&ctx.root, &config, &mut docs)?;
+        let mut pages = docs.into_iter();
+        book.for_each_chapter_mut(|ch| {
+            if ch.path.is_some()
+                && let Some(doc) = pages.next()
+            {
+                ch.content = doc.content;
+            }
+        });
+
+        eprintln!("mdbook-cells: {report}");
+        for p in &report.problems {
+            eprintln!("mdbook-cells: {p}");
+        }
+        if strict && !report.problems.is_empty() {
+            let list: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+            anyhow::bail!(
+                "{} cell(s) failed in strict mode:\n{}",
+                list.len(),
+                list.join("\n")
+            );
+        }
+        Ok(book)
+    }
+
+    fn supports_renderer(&self, renderer: &str) -> mdbook_preprocessor::errors::Result<bool> {
+        // `mdbook test` would compile the rendered code blocks as doctests; cells are checked
+        // by running them instead.
+        Ok(renderer != "test")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_names_are_identifiers() {
+        assert_eq!(
+            module_name("src/part-1/the verdict.md", 3),
+            "c_part_1_the_verdict_3"
+        );
+    }
+
+    #[test]
+    fn error_lines_come_from_the_rendered_location() {
+        let msg = "error[E0425]: x\n  --> src/a.md:42:5\n";
+        assert_eq!(first_line_number(msg, "src/a.md"), Some(42));
+        assert_eq!(first_line_number("boom", "src/a.md"), None);
+    }
+}

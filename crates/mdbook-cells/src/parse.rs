@@ -1,0 +1,376 @@
+//! Finding cells in a chapter's markdown and reading their `//| key: value` options.
+
+use std::fmt;
+
+/// A chapter split into prose and cells, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Segment {
+    Prose(String),
+    Cell(CellBlock),
+}
+
+/// One ```` ```cell ```` block as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellBlock {
+    /// 1-based line of the opening fence in the chapter.
+    pub fence_line: usize,
+    pub options: CellOptions,
+    /// The code without option lines.
+    pub code: String,
+    /// 1-based chapter line of the first line of `code`.
+    pub code_line: usize,
+    /// Problems with the options; the cell is not run when there are any.
+    pub option_errors: Vec<OptionError>,
+}
+
+/// The per-cell options, from `//| key: value` lines at the top of a cell.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CellOptions {
+    pub hide_code: bool,
+    pub hide_output: bool,
+    pub caption: Option<String>,
+    /// `fig-…` (numbered "Figure N") or `tbl-…` (numbered "Table N").
+    pub id: Option<String>,
+    /// Seconds; the book's default when absent.
+    pub timeout: Option<u64>,
+    /// The cell's failure is its content: it must fail, and its error is shown.
+    pub expect_fail: bool,
+    /// Runs only in GPU runs.
+    pub gpu: bool,
+    /// Items (uses, helpers) shared by every cell of the chapter; not run itself.
+    pub prelude: bool,
+    /// Files or folders (relative to the book root) whose contents the output depends on.
+    pub reads: Vec<String>,
+}
+
+pub const OPTION_NAMES: &[&str] = &[
+    "hide-code",
+    "hide-output",
+    "caption",
+    "id",
+    "timeout",
+    "expect-fail",
+    "gpu",
+    "prelude",
+    "reads",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionError {
+    /// 1-based chapter line.
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+/// Splits markdown into prose and cells. Fences follow CommonMark: up to three spaces of
+/// indent, three or more backticks or tildes, closed by a fence of the same character at least
+/// as long. Other fenced blocks (a ```` ```rust ```` example showing cell syntax, say) are prose.
+pub fn split(markdown: &str) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    let mut prose = String::new();
+    let mut lines = markdown.split_inclusive('\n').enumerate().peekable();
+    while let Some((index, line)) = lines.next() {
+        let Some(fence) = Fence::open(line) else {
+            prose.push_str(line);
+            continue;
+        };
+        // Collect the block up to its closing fence (or the end of the chapter).
+        let mut body = Vec::new();
+        let mut closing = None;
+        for (_, inner) in lines.by_ref() {
+            if fence.closes(inner) {
+                closing = Some(inner);
+                break;
+            }
+            body.push(inner);
+        }
+        if fence.is_cell() {
+            if !prose.is_empty() {
+                segments.push(Segment::Prose(std::mem::take(&mut prose)));
+            }
+            segments.push(Segment::Cell(CellBlock::new(index + 1, &body)));
+        } else {
+            prose.push_str(line);
+            body.iter().for_each(|l| prose.push_str(l));
+            if let Some(c) = closing {
+                prose.push_str(c);
+            }
+        }
+    }
+    if !prose.is_empty() {
+        segments.push(Segment::Prose(prose));
+    }
+    segments
+}
+
+struct Fence<'a> {
+    marker: char,
+    len: usize,
+    info: &'a str,
+}
+
+impl<'a> Fence<'a> {
+    fn open(line: &'a str) -> Option<Fence<'a>> {
+        let trimmed = line.trim_start_matches(' ');
+        if line.len() - trimmed.len() > 3 {
+            return None;
+        }
+        let marker = trimmed.chars().next().filter(|c| *c == '`' || *c == '~')?;
+        let len = trimmed.chars().take_while(|c| *c == marker).count();
+        if len < 3 {
+            return None;
+        }
+        let info = trimmed[len..].trim();
+        if marker == '`' && info.contains('`') {
+            return None;
+        }
+        Some(Fence { marker, len, info })
+    }
+
+    fn closes(&self, line: &str) -> bool {
+        let trimmed = line.trim_start_matches(' ');
+        if line.len() - trimmed.len() > 3 {
+            return false;
+        }
+        let len = trimmed.chars().take_while(|c| *c == self.marker).count();
+        len >= self.len && trimmed[len..].trim().is_empty()
+    }
+
+    fn is_cell(&self) -> bool {
+        self.info.split([',', ' ']).next() == Some("cell")
+    }
+}
+
+impl CellBlock {
+    fn new(fence_line: usize, body: &[&str]) -> CellBlock {
+        let mut options = CellOptions::default();
+        let mut option_errors = Vec::new();
+        let mut skip = 0;
+        for (i, raw) in body.iter().enumerate() {
+            let Some(opt) = raw.trim_start().strip_prefix("//|") else {
+                break;
+            };
+            skip = i + 1;
+            let line = fence_line + 1 + i;
+            if let Err(message) = options.set(opt.trim()) {
+                option_errors.push(OptionError { line, message });
+            }
+        }
+        if options.id.is_some() && options.caption.is_none() {
+            option_errors.push(OptionError {
+                line: fence_line,
+                message: "`id` needs a `caption` (the text after \"Figure N:\")".into(),
+            });
+        }
+        if options.prelude && (options.expect_fail || options.gpu || options.id.is_some()) {
+            option_errors.push(OptionError {
+                line: fence_line,
+                message: "a `prelude` cell is not run: it takes no expect-fail, gpu or id".into(),
+            });
+        }
+        CellBlock {
+            fence_line,
+            options,
+            code: body[skip..].concat(),
+            code_line: fence_line + 1 + skip,
+            option_errors,
+        }
+    }
+
+    /// The chapter line of the code's last non-blank line (where a cell's value is).
+    pub fn last_code_line(&self) -> usize {
+        let last = self
+            .code
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, _)| i)
+            .last()
+            .unwrap_or(0);
+        self.code_line + last
+    }
+}
+
+impl CellOptions {
+    fn set(&mut self, option: &str) -> Result<(), String> {
+        let (key, value) = match option.split_once(':') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None => (option.trim(), None),
+        };
+        let flag = |value: Option<&str>| -> Result<bool, String> {
+            match value {
+                None | Some("true") => Ok(true),
+                Some("false") => Ok(false),
+                Some(v) => Err(format!("option `{key}` takes true or false, not `{v}`")),
+            }
+        };
+        let text = |value: Option<&str>| -> Result<String, String> {
+            match value {
+                Some(v) if !v.is_empty() => Ok(unquote(v).to_string()),
+                _ => Err(format!("option `{key}` needs a value: `//| {key}: …`")),
+            }
+        };
+        match key {
+            "hide-code" => self.hide_code = flag(value)?,
+            "hide-output" => self.hide_output = flag(value)?,
+            "expect-fail" => self.expect_fail = flag(value)?,
+            "gpu" => self.gpu = flag(value)?,
+            "prelude" => self.prelude = flag(value)?,
+            "caption" => self.caption = Some(text(value)?),
+            "id" => {
+                let id = text(value)?;
+                let valid = id
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+                if !(id.starts_with("fig-") || id.starts_with("tbl-")) || !valid || id.len() < 5 {
+                    return Err(format!(
+                        "id `{id}` must be `fig-…` or `tbl-…` in lowercase letters, digits and `-`"
+                    ));
+                }
+                self.id = Some(id);
+            }
+            "timeout" => {
+                let v = text(value)?;
+                let secs = v
+                    .trim_end_matches('s')
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|s| *s > 0);
+                self.timeout = Some(secs.ok_or_else(|| {
+                    format!("option `timeout` takes a whole number of seconds, not `{v}`")
+                })?);
+            }
+            "reads" => {
+                self.reads = text(value)?
+                    .split(',')
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect();
+            }
+            "" => return Err("empty option line".into()),
+            unknown => {
+                let hint = closest(unknown, OPTION_NAMES)
+                    .map(|s| format!("; did you mean `{s}`?"))
+                    .unwrap_or_else(|| format!("; options are: {}", OPTION_NAMES.join(", ")));
+                return Err(format!("unknown option `{unknown}`{hint}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unquote(v: &str) -> &str {
+    for q in ['"', '\''] {
+        if let Some(inner) = v.strip_prefix(q).and_then(|s| s.strip_suffix(q)) {
+            return inner;
+        }
+    }
+    v
+}
+
+/// The known name closest to a misspelling, if it is close enough to be what was meant.
+pub fn closest<'a>(word: &str, names: &[&'a str]) -> Option<&'a str> {
+    names
+        .iter()
+        .map(|n| (edit_distance(word, n), *n))
+        .filter(|(d, n)| *d <= 2.max(n.len() / 4))
+        .min()
+        .map(|(_, n)| n)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cells(md: &str) -> Vec<CellBlock> {
+        split(md)
+            .into_iter()
+            .filter_map(|s| match s {
+                Segment::Cell(c) => Some(c),
+                Segment::Prose(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn finds_cells_and_keeps_other_fences_as_prose() {
+        let md = "# T\n\n````markdown\n```cell\nnot a cell\n```\n````\n\n```cell\n//| hide-code\n//| caption: \"Peak\"\n1 + 1\n```\ntail\n";
+        let segs = split(md);
+        assert_eq!(segs.len(), 3);
+        let Segment::Prose(p) = &segs[0] else {
+            panic!()
+        };
+        assert!(p.contains("not a cell"));
+        let c = &cells(md)[0];
+        assert_eq!(c.fence_line, 9);
+        assert_eq!(c.code, "1 + 1\n");
+        assert_eq!(c.code_line, 12);
+        assert!(c.options.hide_code);
+        assert_eq!(c.options.caption.as_deref(), Some("Peak"));
+        assert!(c.option_errors.is_empty());
+        let Segment::Prose(tail) = &segs[2] else {
+            panic!()
+        };
+        assert_eq!(tail, "tail\n");
+    }
+
+    #[test]
+    fn misspelt_option_names_line_and_suggestion() {
+        let c = &cells("text\n```cell\n//| hide-cod\n//| timeout: soon\n1\n```\n")[0];
+        assert_eq!(c.option_errors.len(), 2);
+        assert_eq!(c.option_errors[0].line, 3);
+        assert!(
+            c.option_errors[0]
+                .message
+                .contains("did you mean `hide-code`?")
+        );
+        assert_eq!(c.option_errors[1].line, 4);
+        assert!(
+            c.option_errors[1]
+                .message
+                .contains("whole number of seconds")
+        );
+    }
+
+    #[test]
+    fn ids_need_a_known_prefix_and_a_caption() {
+        let c = &cells("```cell\n//| id: figure-1\n1\n```\n")[0];
+        assert!(c.option_errors[0].message.contains("`fig-…` or `tbl-…`"));
+        let c = &cells("```cell\n//| id: fig-peak\n1\n```\n")[0];
+        assert!(c.option_errors[0].message.contains("needs a `caption`"));
+    }
+
+    #[test]
+    fn unclosed_cell_runs_to_the_end_and_reads_list() {
+        let c = &cells("```cell\n//| reads: a.toml, dir/\nlet x = 1;\n")[0];
+        assert_eq!(c.options.reads, ["a.toml", "dir/"]);
+        assert_eq!(c.code, "let x = 1;\n");
+    }
+
+    #[test]
+    fn last_code_line_skips_trailing_blanks() {
+        let c = &cells("```cell\nlet a = 1;\na\n\n```\n")[0];
+        assert_eq!(c.last_code_line(), 3);
+    }
+}

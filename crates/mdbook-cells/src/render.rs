@@ -1,0 +1,323 @@
+//! Turning a cell and its outcome into the markdown and HTML the chapter shows.
+
+use crate::cache::Stored;
+use crate::parse::CellBlock;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// HTML escaping for text and attribute values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// What the page shows under a cell's code.
+#[derive(Debug, Clone)]
+pub enum Shown<'a> {
+    /// The cell ran (now or earlier) and this is what it produced.
+    Output(&'a Stored),
+    /// The cell failed; `expected` when that is its point.
+    Failure {
+        label: String,
+        message: String,
+        stdout: String,
+        expected: bool,
+    },
+    /// A note instead of output (a GPU cell on a machine without GPU runs).
+    Note(String),
+    /// Nothing under the code (a prelude).
+    Nothing,
+}
+
+/// A numbered figure or table: "Figure 2.3", and the page it is on.
+#[derive(Debug, Clone)]
+pub struct Label {
+    pub name: String,
+    pub html_path: String,
+}
+
+/// Every `fig-`/`tbl-` id in the book and its label.
+pub type Labels = HashMap<String, Label>;
+
+/// The label prefix for the n-th figure or table of a chapter numbered `number` ("2.1.").
+pub fn label_name(id: &str, number: Option<&str>, n: usize) -> String {
+    let word = if id.starts_with("fig-") {
+        "Figure"
+    } else {
+        "Table"
+    };
+    match number
+        .map(|s| s.trim_end_matches('.'))
+        .filter(|s| !s.is_empty())
+    {
+        Some(chapter) => format!("{word} {chapter}.{n}"),
+        None => format!("{word} {n}"),
+    }
+}
+
+/// A cell as markdown: its code (unless hidden) and what it showed, inside one `div`.
+pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>) -> String {
+    let opts = &block.options;
+    let mut out = String::from("\n<div class=\"cell\"");
+    if let Some(id) = &opts.id {
+        let _ = write!(out, " id=\"{}\"", escape(id));
+    }
+    out.push_str(">\n\n");
+    if !opts.hide_code {
+        let fence = "`".repeat(longest_backtick_run(&block.code).max(2) + 1);
+        let _ = write!(
+            out,
+            "{fence}rust,noplayground\n{}{}{fence}\n\n",
+            block.code,
+            if block.code.ends_with('\n') { "" } else { "\n" }
+        );
+    }
+    let caption = opts.caption.as_deref().map(|c| match label {
+        Some(l) => format!(
+            "<span class=\"cell-label\">{}:</span> {}",
+            l.name,
+            escape(c)
+        ),
+        None => escape(c),
+    });
+    if !opts.hide_output
+        || matches!(
+            shown,
+            Shown::Failure {
+                expected: false,
+                ..
+            }
+        )
+    {
+        out.push_str(&shown_html(shown, caption.as_deref()));
+    }
+    out.push_str("\n</div>\n\n");
+    out
+}
+
+fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
+    let mut out = String::new();
+    let pre = |class: &str, text: &str| {
+        format!(
+            "<pre class=\"{class}\">{}</pre>\n",
+            escape(text.trim_end_matches('\n'))
+        )
+    };
+    let caption_p = |c: Option<&str>| {
+        c.map(|c| format!("<p class=\"cell-caption\">{c}</p>\n"))
+            .unwrap_or_default()
+    };
+    match shown {
+        Shown::Nothing => {}
+        Shown::Note(note) => {
+            let _ = writeln!(out, "<div class=\"cell-note\">{}</div>", escape(note));
+        }
+        Shown::Failure {
+            label,
+            message,
+            stdout,
+            expected,
+        } => {
+            if !stdout.is_empty() {
+                out.push_str(&pre("cell-stdout", stdout));
+            }
+            let class = if *expected {
+                "cell-error cell-expected"
+            } else {
+                "cell-error"
+            };
+            let _ = writeln!(
+                out,
+                "<div class=\"{class}\"><div class=\"cell-error-label\">{}</div><pre>{}</pre></div>",
+                escape(label),
+                escape(message.trim_end())
+            );
+            out.push_str(&caption_p(caption));
+        }
+        Shown::Output(stored) => {
+            if !stored.stdout.is_empty() {
+                out.push_str(&pre("cell-stdout", &stored.stdout));
+            }
+            if !stored.stderr.is_empty() {
+                out.push_str(&pre("cell-stderr", &stored.stderr));
+            }
+            match stored.kind.as_str() {
+                "figure" => {
+                    let _ = write!(
+                        out,
+                        "<figure class=\"cell-figure\">{}",
+                        without_blank_lines(&stored.body)
+                    );
+                    if let Some(c) = caption {
+                        let _ = write!(out, "<figcaption>{c}</figcaption>");
+                    }
+                    out.push_str("</figure>\n");
+                }
+                "table" => {
+                    out.push_str("<div class=\"cell-table\">\n");
+                    out.push_str(&caption_p(caption));
+                    out.push_str(&without_blank_lines(&stored.body));
+                    out.push_str("\n</div>\n");
+                }
+                "markdown" => {
+                    let _ = write!(out, "\n{}\n\n", stored.body.trim_end());
+                    out.push_str(&caption_p(caption));
+                }
+                "html" => {
+                    let _ = writeln!(out, "{}", without_blank_lines(&stored.body));
+                    out.push_str(&caption_p(caption));
+                }
+                "text" => {
+                    out.push_str(&pre("cell-output", &stored.body));
+                    out.push_str(&caption_p(caption));
+                }
+                _ => out.push_str(&caption_p(caption)),
+            }
+        }
+    }
+    out
+}
+
+/// A blank line would end a raw-HTML block in CommonMark and turn the rest into markdown.
+fn without_blank_lines(html: &str) -> String {
+    html.lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn longest_backtick_run(code: &str) -> usize {
+    code.split(|c| c != '`').map(str::len).max().unwrap_or(0)
+}
+
+/// Replaces `@fig-…` / `@tbl-…` in prose with links to the labelled cell. Inline code spans
+/// are left alone. Unknown ids are returned with their line in `prose` (0-based) so strict
+/// mode can fail on them.
+pub fn references(prose: &str, labels: &Labels, from_html: &str) -> (String, Vec<(String, usize)>) {
+    let depth = from_html.matches('/').count();
+    let mut out = String::with_capacity(prose.len());
+    let mut unknown = Vec::new();
+    let mut in_code = false;
+    let mut rest = prose;
+    while let Some(pos) = rest.find(['`', '@']) {
+        let (before, at) = rest.split_at(pos);
+        out.push_str(before);
+        if at.starts_with('`') {
+            let ticks = at.len() - at.trim_start_matches('`').len();
+            in_code = !in_code;
+            out.push_str(&at[..ticks]);
+            rest = &at[ticks..];
+            continue;
+        }
+        let word_before = before
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_alphanumeric() || c == '.' || c == '_');
+        let id: String = at[1..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+            .collect();
+        let id = id.trim_end_matches('-');
+        let is_ref = !in_code && !word_before && (id.starts_with("fig-") || id.starts_with("tbl-"));
+        if !is_ref {
+            out.push('@');
+            rest = &at[1..];
+            continue;
+        }
+        match labels.get(id) {
+            Some(label) => {
+                let target = if label.html_path == from_html {
+                    format!("#{id}")
+                } else {
+                    format!("{}{}#{id}", "../".repeat(depth), label.html_path)
+                };
+                let _ = write!(out, "[{}]({target})", label.name);
+            }
+            None => {
+                unknown.push((id.to_string(), out.matches('\n').count()));
+                let _ = write!(out, "**@{id} (unknown reference)**");
+            }
+        }
+        rest = &at[1 + id.len()..];
+    }
+    out.push_str(rest);
+    (out, unknown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels() -> Labels {
+        HashMap::from([
+            (
+                "fig-peak".into(),
+                Label {
+                    name: "Figure 2.1".into(),
+                    html_path: "part-1/walk.html".into(),
+                },
+            ),
+            (
+                "tbl-log".into(),
+                Label {
+                    name: "Table 3".into(),
+                    html_path: "forensics.html".into(),
+                },
+            ),
+        ])
+    }
+
+    #[test]
+    fn references_link_within_and_across_chapters() {
+        let (out, unknown) = references(
+            "See @fig-peak and @tbl-log; mail a@fig-peak.org; `@fig-peak` stays; @fig-none.",
+            &labels(),
+            "part-1/walk.html",
+        );
+        assert_eq!(
+            out,
+            "See [Figure 2.1](#fig-peak) and [Table 3](../forensics.html#tbl-log); mail a@fig-peak.org; `@fig-peak` stays; **@fig-none (unknown reference)**."
+        );
+        assert_eq!(unknown, [("fig-none".to_string(), 0)]);
+    }
+
+    #[test]
+    fn label_names_follow_chapter_numbers() {
+        assert_eq!(label_name("fig-a", Some("2.1."), 3), "Figure 2.1.3");
+        assert_eq!(label_name("tbl-a", None, 1), "Table 1");
+    }
+
+    #[test]
+    fn code_fence_outgrows_backticks_in_the_code() {
+        let block = crate::parse::split("```cell\nlet s = \"```\";\n```\n");
+        let crate::parse::Segment::Cell(block) = &block[0] else {
+            panic!()
+        };
+        let html = cell(block, &Shown::Nothing, None);
+        assert!(html.contains("````rust,noplayground\nlet s"));
+    }
+
+    #[test]
+    fn figures_lose_blank_lines_and_text_is_escaped() {
+        let stored = Stored {
+            stdout: "a < b\n".into(),
+            stderr: String::new(),
+            kind: "figure".into(),
+            body: "<svg>\n\n<g/>\n</svg>".into(),
+        };
+        let out = shown_html(&Shown::Output(&stored), Some("cap"));
+        assert_eq!(
+            out,
+            "<pre class=\"cell-stdout\">a &lt; b</pre>\n<figure class=\"cell-figure\"><svg>\n<g/>\n</svg><figcaption>cap</figcaption></figure>\n"
+        );
+    }
+}
