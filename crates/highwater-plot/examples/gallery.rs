@@ -121,6 +121,33 @@ fn deaths() -> DeathHistogram {
     }
 }
 
+/// Many seeds dying close together: death labels must stay legible.
+fn crowded() -> HighWaterChart {
+    let mut series = Vec::new();
+    for (a, arm) in ["tensor path", "tensor path, Balanced"].iter().enumerate() {
+        for seed in 0..8u32 {
+            let die = 200 + seed * 7 + a as u32 * 3;
+            let points = (0..=die)
+                .map(|s| {
+                    let f = f64::from(s) / f64::from(die);
+                    (s, ((4.0 + 12.0 * f * f) * GIB as f64) as u64)
+                })
+                .collect();
+            series.push(Series {
+                arm: (*arm).into(),
+                label: format!("seed {seed}"),
+                points,
+                died_at: Some(die),
+            });
+        }
+    }
+    HighWaterChart {
+        title: String::new(),
+        card_bytes: 16 * GIB,
+        series,
+    }
+}
+
 /// What mdbook 0.5 does to raw HTML attribute names.
 fn as_mdbook_inlines(svg: &str) -> String {
     svg.replace("viewBox=", "viewbox=")
@@ -134,6 +161,8 @@ fn main() -> std::io::Result<()> {
         ("high-water", high_water().to_svg()),
         ("ledger", ledger().to_svg()),
         ("deaths", deaths().to_svg()),
+        ("crowded", crowded().to_svg()),
+        ("empty", HighWaterChart::default().to_svg()),
     ];
     let mut html = String::from(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>highwater-plot gallery</title>\n\

@@ -139,7 +139,8 @@ impl HighWaterChart {
             .chain([self.card_bytes])
             .max()
             .unwrap_or(0)
-            .max(1);
+            // Below 8 bytes the ticks would be fractions of a byte.
+            .max(8);
         let unit = ByteUnit::for_value(max_bytes);
         let y_top = unit.scale(max_bytes) * 1.15;
         let tick_w = (0..=8)
@@ -164,17 +165,24 @@ impl HighWaterChart {
             .y_label_formatter(&y_fmt)
             .draw()?;
 
+        // Boxes already holding text in the plot: labels placed later must avoid them.
+        let mut taken: Vec<PxBox> = Vec::new();
+        let (plot_x, plot_y) = chart.plotting_area().get_pixel_range();
         if self.card_bytes > 0 {
             let card = unit.scale(self.card_bytes);
             chart.draw_series(LineSeries::new(
                 [(0, card), (max_step, card)],
                 stroke(card_key, 2),
             ))?;
-            let (x, y) = chart.backend_coord(&(max_step, card));
+            // At the left end: runs die on the right, where their labels go.
+            let (x, y) = chart.backend_coord(&(0, card));
+            let label = format!("card {}", format_bytes(self.card_bytes));
+            let w = text_width(&label, SMALL_PX) as i32;
+            taken.push(PxBox::new(x + 4, y - 18, x + 10 + w, y - 2));
             root.draw(&Text::new(
-                format!("card {}", format_bytes(self.card_bytes)),
-                (x - 4, y - 5),
-                theme::font(SMALL_PX).pos(Pos::new(HPos::Right, VPos::Bottom)),
+                label,
+                (x + 6, y - 5),
+                theme::font(SMALL_PX).pos(Pos::new(HPos::Left, VPos::Bottom)),
             ))?;
         }
 
@@ -187,9 +195,18 @@ impl HighWaterChart {
         }
 
         // Death markers last, so they sit on top of every line.
-        let mut taken: Vec<(i32, i32, i32, i32)> = Vec::new();
-        let (plot_x, plot_y) = chart.plotting_area().get_pixel_range();
-        for (s, (colour, _)) in self.series.iter().zip(styled) {
+        if self.series.iter().all(|s| s.points.is_empty()) {
+            root.draw(&Text::new(
+                "no data",
+                (
+                    (plot_x.start + plot_x.end) / 2,
+                    (plot_y.start + plot_y.end) / 2,
+                ),
+                theme::font(LABEL_PX).pos(Pos::new(HPos::Center, VPos::Center)),
+            ))?;
+        }
+        let mut deaths: Vec<Death> = Vec::new();
+        for (i, (s, (colour, _))) in self.series.iter().zip(styled).enumerate() {
             let Some(step) = s.died_at else { continue };
             let bytes = s
                 .points
@@ -198,35 +215,105 @@ impl HighWaterChart {
                 .map(|p| p.1)
                 .next_back()
                 .unwrap_or(self.card_bytes);
-            let (x, y) = chart.backend_coord(&(step, unit.scale(bytes)));
-            legend::cross(root, (x, y), 5, *colour)?;
-            let label = step.to_string();
+            let at = chart.backend_coord(&(step, unit.scale(bytes)));
+            legend::cross(root, at, 5, *colour)?;
+            deaths.push(Death {
+                series: i,
+                step,
+                at,
+                colour: *colour,
+            });
+        }
+        let bounds = PxBox::new(plot_x.start, plot_y.start, plot_x.end, plot_y.end);
+        for d in label_order(&self.series, &deaths) {
+            let label = d.step.to_string();
             let w = text_width(&label, SMALL_PX) as i32 + 4;
-            let h = 13;
-            // Stack labels upward until they clear the ones already placed.
-            let mut top = y - 9 - h;
-            for _ in 0..8 {
-                let clash = taken.iter().any(|&(x0, y0, x1, y1)| {
-                    x - w / 2 < x1 && x0 < x + w / 2 && top < y1 && y0 < top + h
-                });
-                if !clash {
-                    break;
-                }
-                top -= h;
+            if let Some(b) = place(d.at, w, 13, bounds, &taken) {
+                taken.push(b);
+                root.draw(&Text::new(
+                    label,
+                    ((b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2),
+                    theme::bold(SMALL_PX)
+                        .color(&d.colour)
+                        .pos(Pos::new(HPos::Center, VPos::Center)),
+                ))?;
             }
-            let top = top.max(plot_y.start);
-            let cx = x.clamp(plot_x.start + w / 2, plot_x.end - w / 2);
-            taken.push((cx - w / 2, top, cx + w / 2, top + h));
-            root.draw(&Text::new(
-                label,
-                (cx, top + h / 2),
-                theme::bold(SMALL_PX)
-                    .color(colour)
-                    .pos(Pos::new(HPos::Center, VPos::Center)),
-            ))?;
         }
         Ok(())
     }
+}
+
+/// A run's death: where its cross is and whose it is.
+#[derive(Clone, Copy, Debug)]
+struct Death {
+    series: usize,
+    step: u32,
+    at: (i32, i32),
+    colour: RGBColor,
+}
+
+/// Labels go in this order, so when space runs out the informative ones are already placed:
+/// each arm's earliest death, then each arm's latest, then the rest by step.
+fn label_order(series: &[Series], deaths: &[Death]) -> Vec<Death> {
+    let arm = |d: &Death| series[d.series].arm.as_str();
+    let rank = |d: &Death| {
+        let same = deaths.iter().filter(|o| arm(o) == arm(d));
+        if same
+            .clone()
+            .all(|o| (o.step, o.series) >= (d.step, d.series))
+        {
+            0
+        } else if same
+            .clone()
+            .all(|o| (o.step, o.series) <= (d.step, d.series))
+        {
+            1
+        } else {
+            2
+        }
+    };
+    let mut out = deaths.to_vec();
+    out.sort_by_key(|d| (rank(d), d.step, d.series));
+    out
+}
+
+/// A pixel box `[x0, x1) × [y0, y1)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PxBox {
+    x0: i32,
+    y0: i32,
+    x1: i32,
+    y1: i32,
+}
+
+impl PxBox {
+    fn new(x0: i32, y0: i32, x1: i32, y1: i32) -> Self {
+        PxBox { x0, y0, x1, y1 }
+    }
+
+    fn overlaps(&self, o: &PxBox) -> bool {
+        self.x0 < o.x1 && o.x0 < self.x1 && self.y0 < o.y1 && o.y0 < self.y1
+    }
+
+    fn inside(&self, o: &PxBox) -> bool {
+        self.x0 >= o.x0 && self.x1 <= o.x1 && self.y0 >= o.y0 && self.y1 <= o.y1
+    }
+}
+
+/// A free `w × h` slot for a label above the point `(x, y)`: straight above first, then
+/// nudged sideways, then a row higher. `None` when every candidate is taken.
+fn place((x, y): (i32, i32), w: i32, h: i32, bounds: PxBox, taken: &[PxBox]) -> Option<PxBox> {
+    for row in 0..6 {
+        let top = y - 9 - h - row * h;
+        for dx in [0, w / 2 + 1, -w / 2 - 1, w + 2, -w - 2] {
+            let cx = x + dx;
+            let b = PxBox::new(cx - w / 2, top, cx - w / 2 + w, top + h);
+            if b.inside(&bounds) && !taken.iter().any(|t| t.overlaps(&b)) {
+                return Some(b);
+            }
+        }
+    }
+    None
 }
 
 /// `n` rounded up to two significant digits: 400 → 400, 157 → 160, 1234 → 1300.
@@ -288,6 +375,39 @@ mod tests {
         assert_eq!(d.first(), Some(&(0, 0)));
         assert_eq!(d.last(), pts.last());
         assert!(d.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn labels_never_overlap_and_extremes_come_first() {
+        let bounds = PxBox::new(0, 0, 800, 400);
+        let mut taken = Vec::new();
+        for i in 0..40 {
+            if let Some(b) = place((300 + i * 3, 100), 24, 13, bounds, &taken) {
+                assert!(b.inside(&bounds));
+                assert!(taken.iter().all(|t: &PxBox| !t.overlaps(&b)));
+                taken.push(b);
+            }
+        }
+        assert!(taken.len() >= 10, "{}", taken.len());
+        assert!(taken.len() < 40, "some labels must give way");
+
+        let series: Vec<Series> = ["a", "a", "a", "b"]
+            .iter()
+            .map(|arm| Series {
+                arm: (*arm).into(),
+                ..Series::default()
+            })
+            .collect();
+        let d = |series, step| Death {
+            series,
+            step,
+            at: (0, 0),
+            colour: PALETTE[0],
+        };
+        let order = label_order(&series, &[d(0, 250), d(1, 200), d(2, 300), d(3, 260)]);
+        let steps: Vec<u32> = order.iter().map(|d| d.step).collect();
+        // earliest of a (200), earliest of b (260); latest of a (300); the middle one last
+        assert_eq!(steps, vec![200, 260, 300, 250]);
     }
 
     #[test]

@@ -27,7 +27,16 @@ pub const PALETTE: [RGBColor; 8] = [
 ];
 
 /// Stroke dash patterns for the series of one colour family (one per seed), cycled.
-pub(crate) const DASHES: [&str; 5] = ["", "7 4", "2 3", "10 3 2 3", "4 7"];
+pub(crate) const DASHES: [&str; 8] = [
+    "",
+    "7 4",
+    "2 3",
+    "10 3 2 3",
+    "4 7",
+    "14 4",
+    "1 6",
+    "6 2 2 2 2 2",
+];
 
 /// Dash pattern of the card-capacity line.
 pub(crate) const CARD_DASH: &str = "9 5";

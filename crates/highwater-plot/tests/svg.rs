@@ -264,8 +264,15 @@ fn newlines_in_labels_cannot_end_the_html_block() {
 
 #[test]
 fn degenerate_inputs_still_draw() {
+    let empty = HighWaterChart::default().to_svg();
+    let doc = inline_safe(&empty);
+    let t = texts(&doc);
+    assert!(t.iter().any(|x| x == "no data"));
+    assert!(
+        !t.iter().any(|x| x.contains('.')),
+        "fractional byte ticks: {t:?}"
+    );
     for c in [
-        HighWaterChart::default(),
         HighWaterChart {
             card_bytes: 0,
             series: vec![Series {
