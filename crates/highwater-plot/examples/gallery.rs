@@ -3,8 +3,12 @@
 //!
 //! ```sh
 //! cargo run -p highwater-plot --example gallery -- /tmp/gallery.html
-//! chromium --headless --screenshot=/tmp/gallery.png --window-size=1200,1600 file:///tmp/gallery.html
+//! chromium --headless --no-sandbox --disable-gpu --user-data-dir=$(mktemp -d) \
+//!     --screenshot=/tmp/gallery.png --window-size=1700,2600 file:///tmp/gallery.html
 //! ```
+//!
+//! Each figure is also written alone as `<path>.<name>.svg`; `crowded` (16 seeds dying within
+//! 50 steps) and `empty` are there to show the edge cases.
 
 use highwater_plot::{Bar, DeathHistogram, HighWaterChart, Series, StackedBars};
 

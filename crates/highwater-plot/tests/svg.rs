@@ -435,3 +435,39 @@ fn mdbook_lowercased_viewbox_is_still_valid_markup() {
     let doc = Document::parse(&svg).unwrap();
     assert!(doc.root_element().attribute("viewbox").is_some());
 }
+
+#[test]
+fn output_is_deterministic() {
+    // The preprocessor caches by content hash: the same data must give the same bytes.
+    assert_eq!(chart().to_svg(), chart().to_svg());
+    assert_eq!(ledger().to_svg(), ledger().to_svg());
+}
+
+#[test]
+fn many_points_are_thinned_but_keep_their_peak() {
+    let mut s = run("a", "b", 50_000, 0, None);
+    s.points[31_337].1 = 12 * GIB;
+    let svg = HighWaterChart {
+        card_bytes: 16 * GIB,
+        series: vec![s],
+        ..HighWaterChart::default()
+    }
+    .to_svg();
+    inline_safe(&svg);
+    assert!(svg.len() < 200_000, "{} bytes", svg.len());
+    // The peak is drawn: some vertex of the line sits well above the 1 GiB floor.
+    let doc = Document::parse(&svg).unwrap();
+    let line = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some(hex(0).as_str()))
+        .max_by_key(|n| n.attribute("points").unwrap().len())
+        .unwrap();
+    let ys: Vec<i32> = line
+        .attribute("points")
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let (lo, hi) = (ys.iter().min().unwrap(), ys.iter().max().unwrap());
+    assert!(hi - lo > 150, "peak lost: y span {lo}..{hi}");
+}
