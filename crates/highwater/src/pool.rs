@@ -1,0 +1,358 @@
+//! CubeCL 0.10's own memory pool, replayed on CPU.
+//!
+//! The policy (which pool takes which size, first-fit slicing, coalescing, pages that are
+//! never given back) is *not* re-implemented here: [`CardPool`] drives
+//! `cubecl_runtime::memory_management::MemoryManagement` itself, over [`SimStorage`], a
+//! `ComputeStorage` that only keeps books. The storage refuses an allocation the way
+//! cubecl-cuda's `GpuStorage::alloc` does when `cuMemAlloc` returns
+//! `CUDA_ERROR_OUT_OF_MEMORY`: `IoError::BufferTooBig` carrying the *page* size it was asked for.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Once};
+
+use cubecl_common::backtrace::BackTrace;
+use cubecl_common::config::RuntimeConfig;
+use cubecl_ir::MemoryDeviceProperties;
+use cubecl_runtime::config::CubeClRuntimeConfig;
+use cubecl_runtime::logging::ServerLogger;
+use cubecl_runtime::memory_management::{
+    ManagedMemoryHandle, MemoryAllocationMode, MemoryConfiguration, MemoryManagement,
+    MemoryManagementOptions,
+};
+use cubecl_runtime::server::IoError;
+use cubecl_runtime::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
+use serde::Serialize;
+
+/// cubecl-cuda 0.10 `runtime.rs`: the pitch alignment `cuMemAllocPitch` reports, used as the
+/// pool's offset alignment.
+pub const CUDA_ALIGNMENT: u64 = 512;
+
+/// The device properties cubecl-cuda 0.10 derives from `cuDeviceTotalMem_v2`
+/// (`runtime.rs`: `max_page_size: max_memory / 4, alignment: 512`).
+pub fn cuda_memory_properties(total_bytes: u64) -> MemoryDeviceProperties {
+    MemoryDeviceProperties {
+        max_page_size: total_bytes / 4,
+        alignment: CUDA_ALIGNMENT,
+    }
+}
+
+/// Pins CubeCL's global runtime config to its defaults, once per process.
+///
+/// `MemoryManagement::from_configuration` reads `CubeClRuntimeConfig::get()`, which would
+/// otherwise look for a `cubecl.toml`/`burn.toml` in the current directory and its parents:
+/// a stray file there could switch persistent memory to `enforced` and change every figure.
+/// If a host program already set (or read) the config, it is left alone.
+pub fn pin_runtime_config() {
+    static PIN: Once = Once::new();
+    PIN.call_once(|| {
+        let mut slot = CubeClRuntimeConfig::storage().lock();
+        if slot.is_none() {
+            *slot = Some(Arc::new(CubeClRuntimeConfig::default()));
+        }
+    });
+}
+
+/// A `ComputeStorage` that only counts: which pages exist and how many bytes they take.
+#[derive(Debug)]
+pub struct SimStorage {
+    capacity: u64,
+    allocated: u64,
+    live: BTreeMap<StorageId, u64>,
+    pending: Vec<StorageId>,
+    last_refused: Option<u64>,
+    page_allocs: u64,
+}
+
+impl SimStorage {
+    /// A storage that can hold at most `capacity` bytes of pages at once.
+    pub fn new(capacity: u64) -> Self {
+        Self {
+            capacity,
+            allocated: 0,
+            live: BTreeMap::new(),
+            pending: Vec::new(),
+            last_refused: None,
+            page_allocs: 0,
+        }
+    }
+
+    /// Bytes currently held by pages (what `cuMemAlloc` has handed out).
+    pub fn allocated(&self) -> u64 {
+        self.allocated
+    }
+
+    /// Number of pages currently held.
+    pub fn pages(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Sizes of the pages currently held, sorted.
+    pub fn page_sizes(&self) -> Vec<u64> {
+        let mut sizes: Vec<u64> = self.live.values().copied().collect();
+        sizes.sort_unstable();
+        sizes
+    }
+
+    /// Total number of successful page allocations so far.
+    pub fn page_allocs(&self) -> u64 {
+        self.page_allocs
+    }
+
+    /// Changes what the card can still give (other processes come and go).
+    pub fn set_capacity(&mut self, capacity: u64) {
+        self.capacity = capacity;
+    }
+}
+
+impl ComputeStorage for SimStorage {
+    type Resource = ();
+
+    fn alignment(&self) -> usize {
+        CUDA_ALIGNMENT as usize
+    }
+
+    fn get(&mut self, _handle: &StorageHandle) -> Self::Resource {}
+
+    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        if self.allocated.saturating_add(size) > self.capacity {
+            self.last_refused = Some(size);
+            // What cubecl-cuda 0.10 `GpuStorage::alloc` returns on CUDA_ERROR_OUT_OF_MEMORY.
+            return Err(IoError::BufferTooBig {
+                size,
+                backtrace: BackTrace::capture(),
+            });
+        }
+        let id = StorageId::new();
+        self.allocated += size;
+        self.page_allocs += 1;
+        self.live.insert(id, size);
+        Ok(StorageHandle::new(
+            id,
+            StorageUtilization { offset: 0, size },
+        ))
+    }
+
+    fn dealloc(&mut self, id: StorageId) {
+        // cubecl-cuda queues deallocations until `flush`; so do we.
+        self.pending.push(id);
+    }
+
+    fn flush(&mut self) {
+        for id in self.pending.drain(..) {
+            if let Some(size) = self.live.remove(&id) {
+                self.allocated -= size;
+            }
+        }
+    }
+}
+
+/// A reserve the pool could not satisfy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("failed to reserve {requested} bytes: the storage refused a page of {page} bytes")]
+pub struct ReserveFailure {
+    /// Bytes the tensor asked for.
+    pub requested: u64,
+    /// Bytes the pool asked of the storage (the page), which is what the driver refused.
+    pub page: u64,
+}
+
+/// Pool figures at one instant, as `MemoryManagement::memory_usage` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PoolUsage {
+    /// Live slices.
+    pub allocs: u64,
+    /// Bytes of live slices (without padding).
+    pub in_use: u64,
+    /// Padding of live slices.
+    pub padding: u64,
+    /// Bytes of every page held.
+    pub reserved: u64,
+}
+
+/// One stream's pool on one card: CubeCL's `MemoryManagement` configured as cubecl-cuda 0.10
+/// configures it, over a bookkeeping storage with the card's free capacity.
+pub struct CardPool {
+    mm: MemoryManagement<SimStorage>,
+}
+
+impl std::fmt::Debug for CardPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CardPool")
+            .field("usage", &self.usage())
+            .finish()
+    }
+}
+
+impl CardPool {
+    /// The pool cubecl-cuda 0.10 builds for a card reporting `total_bytes` from
+    /// `cuDeviceTotalMem_v2`, allowed to take at most `capacity` bytes of pages.
+    pub fn cuda(total_bytes: u64, capacity: u64) -> Self {
+        pin_runtime_config();
+        let mm = MemoryManagement::from_configuration(
+            SimStorage::new(capacity),
+            &cuda_memory_properties(total_bytes),
+            // cubecl-cuda 0.10 `RuntimeOptions::default()`; burn-cuda offers no other.
+            MemoryConfiguration::default(),
+            Arc::new(ServerLogger::default()),
+            MemoryManagementOptions::new("Main GPU Memory"),
+        );
+        Self { mm }
+    }
+
+    /// Reserves `size` bytes; dropping the handle (every clone of it) frees the slice.
+    pub fn reserve(&mut self, size: u64) -> Result<ManagedMemoryHandle, ReserveFailure> {
+        self.mm.storage().last_refused = None;
+        self.mm.reserve(size).map_err(|err| {
+            let page = self.mm.storage().last_refused.take();
+            let page = match (&err, page) {
+                (_, Some(page)) => page,
+                // No pool accepts the size at all: nothing was asked of the storage.
+                (IoError::BufferTooBig { size, .. }, None) => *size,
+                (_, None) => size,
+            };
+            ReserveFailure {
+                requested: size,
+                page,
+            }
+        })
+    }
+
+    /// Switches between the persistent pool (parameters at init, as burn's
+    /// `memory_persistent_allocations` does) and the dynamic pools.
+    pub fn set_persistent(&mut self, persistent: bool) {
+        self.mm.mode(if persistent {
+            MemoryAllocationMode::Persistent
+        } else {
+            MemoryAllocationMode::Auto
+        });
+    }
+
+    /// Current figures.
+    pub fn usage(&self) -> PoolUsage {
+        let u = self.mm.memory_usage();
+        PoolUsage {
+            allocs: u.number_allocs,
+            in_use: u.bytes_in_use,
+            padding: u.bytes_padding,
+            reserved: u.bytes_reserved,
+        }
+    }
+
+    /// The bookkeeping storage underneath.
+    pub fn storage(&mut self) -> &mut SimStorage {
+        self.mm.storage()
+    }
+
+    /// Explicit cleanup (`client.memory_cleanup()`): frees pages whose slices are all free.
+    pub fn cleanup(&mut self) {
+        self.mm.cleanup(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    /// The page the pool asks of the storage for a first reserve of `size` on a fresh pool.
+    fn page_for(total: u64, size: u64) -> u64 {
+        let mut pool = CardPool::cuda(total, u64::MAX);
+        let _h = pool.reserve(size).expect("unbounded storage");
+        let pages = pool.storage().page_sizes();
+        assert_eq!(pages.len(), 1, "one page for one reserve");
+        pages[0]
+    }
+
+    #[test]
+    fn sixteen_gib_card_pools_match_the_design_notes() {
+        let total = 16 * GIB;
+        // (page, largest slice) per sliced pool, as the design notes derive them.
+        let pools = [
+            (16 * MIB, MIB),
+            (64 * MIB, 8 * MIB),
+            (256 * MIB, 64 * MIB),
+            (GIB, 512 * MIB),
+            (4 * GIB, 4 * GIB),
+        ];
+        assert_eq!(page_for(total, 512), pools[0].0);
+        assert_eq!(page_for(total, MIB), pools[0].0);
+        // Just above one pool's largest slice, the next pool takes it.
+        for w in pools.windows(2) {
+            assert_eq!(page_for(total, w[0].1 + 512), w[1].0, "above {}", w[0].1);
+        }
+        // The seed's failing 32 MiB activations ask for 256 MiB pages.
+        assert_eq!(page_for(total, 32 * MIB), 268_435_456);
+        // A pool also takes sizes above 80 % of its page, so the mapping is not monotonic:
+        // 56 MiB and 64 MiB tensors each get a whole 64 MiB page, 48 MiB goes to 256 MiB pages.
+        assert_eq!(page_for(total, 56 * MIB), 64 * MIB);
+        assert_eq!(page_for(total, 64 * MIB), 64 * MIB);
+        assert_eq!(page_for(total, 48 * MIB), 256 * MIB);
+    }
+
+    #[test]
+    fn h200_pools_from_its_reported_total() {
+        // cuDeviceTotalMem_v2 on the project's H200 (driver 580.159.04): 150 109 880 320 B.
+        let total = 150_109_880_320;
+        let max_page = total / 4;
+        let mut pages = vec![];
+        let mut current = max_page;
+        while current >= 32 * MIB {
+            current = (current / 4).next_multiple_of(512);
+            pages.push(current);
+        }
+        // Expected, read off cubecl-runtime's loop: 7 sliced pools up to the max page.
+        assert_eq!(pages.len(), 6);
+        let got: Vec<u64> = pages.iter().rev().map(|&p| page_for(total, p)).collect();
+        let want: Vec<u64> = pages.iter().rev().copied().collect();
+        assert_eq!(got, want);
+        assert_eq!(page_for(total, max_page), max_page / 512 * 512);
+        // 8.9 MiB first page and a 35.8 GB last page.
+        assert_eq!(want[0], 9_162_240);
+        assert_eq!(max_page, 37_527_470_080);
+    }
+
+    #[test]
+    fn refused_page_is_reported_not_the_tensor() {
+        let mut pool = CardPool::cuda(16 * GIB, 100 * MIB);
+        let err = pool.reserve(32 * MIB).unwrap_err();
+        assert_eq!(
+            err,
+            ReserveFailure {
+                requested: 32 * MIB,
+                page: 256 * MIB
+            }
+        );
+    }
+
+    #[test]
+    fn freed_slices_are_reused_and_pages_kept() {
+        let mut pool = CardPool::cuda(16 * GIB, 16 * GIB);
+        let a = pool.reserve(32 * MIB).unwrap();
+        let b = pool.reserve(32 * MIB).unwrap();
+        assert_eq!(pool.usage().reserved, 256 * MIB);
+        drop(a);
+        drop(b);
+        assert_eq!(pool.usage().in_use, 0);
+        assert_eq!(
+            pool.usage().reserved,
+            256 * MIB,
+            "pages stay without cleanup"
+        );
+        let _c = pool.reserve(48 * MIB).unwrap();
+        assert_eq!(pool.storage().pages(), 1);
+    }
+
+    #[test]
+    fn persistent_sizes_capture_later_dynamic_reserves() {
+        let mut pool = CardPool::cuda(16 * GIB, 16 * GIB);
+        pool.set_persistent(true);
+        let _w = pool.reserve(12 * MIB).unwrap();
+        pool.set_persistent(false);
+        // Same effective size as a persistent slice: CubeCL routes it to the persistent pool,
+        // one exact-size storage allocation, not a 256 MiB page.
+        let _x = pool.reserve(12 * MIB).unwrap();
+        assert_eq!(pool.storage().page_sizes(), vec![12 * MIB, 12 * MIB]);
+    }
+}
