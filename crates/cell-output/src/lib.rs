@@ -236,9 +236,13 @@ impl Table {
         if let Some(a) = self.align.get(col) {
             return *a;
         }
+        // A number, optionally signed and followed by a short unit: "33 554 432", "-1.5 GiB".
         let numeric = |s: &str| {
             let s = s.trim().trim_start_matches(['−', '-', '+', '≈', '~']);
-            s.starts_with(|c: char| c.is_ascii_digit())
+            let number = s.trim_end_matches(|c: char| c.is_alphabetic() || c == '%' || c == ' ');
+            s.len() - number.len() <= 5
+                && number.starts_with(|c: char| c.is_ascii_digit())
+                && number.chars().all(|c| c.is_ascii_digit() || " ,._".contains(c))
         };
         let mut cells = self.rows.iter().filter_map(|r| r.get(col));
         let any = self.rows.iter().any(|r| r.get(col).is_some());
@@ -334,11 +338,14 @@ mod tests {
     fn table_escapes_and_aligns_numbers_right() {
         let t = Table::new(["op", "bytes"])
             .row(["<tanh>", "33 554 432"])
-            .row(["a & b", "1"]);
+            .row(["a & b", "1.5 GiB"])
+            .row(["1 GiB: before step 0", "2"]);
         let html = t.to_html();
         assert!(html.contains("<td>&lt;tanh&gt;</td>"));
         assert!(html.contains("<td style=\"text-align: right\">33 554 432</td>"));
         assert!(html.contains("<td>a &amp; b</td>"));
+        // A text column stays left-aligned even when its cells start with digits.
+        assert!(html.contains("<td>1 GiB: before step 0</td>"));
         assert!(!html.contains("\n\n"));
     }
 
