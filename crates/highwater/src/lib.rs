@@ -1,3 +1,14 @@
 //! highwater: the memory pool of a burn 0.21 / CubeCL 0.10 training step, simulated on CPU.
+//!
+//! recipe → ledger (per-call ops, burn's retention rules) → trace (a whole step as pool events)
+//! → pool (CubeCL's own `MemoryManagement`) → run (steps, seeds, the step it dies).
 
+pub mod ffn;
+pub mod layout;
+pub mod ledger;
 pub mod pool;
+pub mod recipe;
+
+pub use layout::{DType, Shape};
+pub use ledger::{Graph, Ledger, LedgerRow, TensorId};
+pub use recipe::{Activation, Backend, Checkpointing, Optimizer, Recipe, RecipeError};

@@ -1,0 +1,928 @@
+//! The activation ledger: a layer written op by op, as burn 0.21 would run it, and what each
+//! op costs the pool.
+//!
+//! [`Graph`] mirrors burn's tensor ops. Building records only structure; [`Graph::ledger`]
+//! then applies burn 0.21's rules for one checkpoint strategy and backend:
+//!
+//! * **What autodiff keeps** (burn-autodiff 0.21 `ops/tensor.rs`, `ops/activation.rs`):
+//!   matmul keeps both inputs (not its output); tanh, exp, log, sqrt, powf-scalar and sigmoid
+//!   keep their *input*; mul keeps each side when the other is tracked; div keeps lhs when rhs
+//!   is tracked and rhs when either is; add/sub and every scalar op keep no tensor; slice keeps
+//!   shapes only; sum/mean keep the input shape.
+//! * **Under `NoCheckpointing`** every op counts as compute-bound, so every kept input is held
+//!   (a clone of its handle sits in the checkpointer builder) until backward uses it.
+//! * **Under `BalancedCheckpointing`** a memory-bound op is recomputed in backward: keeping its
+//!   output costs nothing in forward. But a memory-bound op backs up each *compute-bound*
+//!   parent (`checkpoint_parents` → `ActionType::Backup`), holding that parent's handle until
+//!   backward; an untracked parent makes the op compute-bound after all.
+//! * **Views and in-place** (burn-cubecl 0.21): a slice whose start and end byte offsets are
+//!   multiples of 512 is a view sharing its parent's buffer (`kernel/index/slice.rs`);
+//!   elementwise ops write into an input whose handle is unique (`can_mut`), which a kept
+//!   (held) tensor, a tensor still needed later, a view's parent or a parameter never is.
+//!
+//! Backward costs (gradient buffers, temporaries, recomputation) are modelled from the same
+//! files' `backward` bodies, at the level of "which buffers exist", not verified byte by byte.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::layout::{DType, Shape};
+use crate::recipe::{Backend, Checkpointing};
+
+/// A tensor in a [`Graph`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct TensorId(pub usize);
+
+/// Compute class an op declares in burn-autodiff (`.compute_bound()` / `.memory_bound()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Bound {
+    /// Expensive to recompute: matmul, reductions, custom kernels.
+    Compute,
+    /// Cheap to recompute: elementwise, slices, reshapes.
+    Memory,
+    /// A leaf: parameters and inputs (`ComputingProperty::Ambiguous`, kept like compute-bound).
+    Leaf,
+}
+
+/// The burn op a node mirrors.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Op {
+    /// A trainable parameter (lives in the persistent pool).
+    Param,
+    /// An activation handed in from upstream.
+    Input,
+    /// `matmul` / `Linear::forward` without bias.
+    Matmul,
+    /// `slice` on one dimension with step 1.
+    Slice { dim: usize, start: u64, end: u64 },
+    /// `add_scalar`, `sub_scalar`, `mul_scalar`, `div_scalar`.
+    Scalar(&'static str),
+    /// `add`, `sub`.
+    AddSub(&'static str),
+    /// `mul`.
+    Mul,
+    /// `div`.
+    Div,
+    /// `tanh`, `exp`, `log`, `sqrt`, `powf_scalar`: keep their input.
+    Unary(&'static str),
+    /// `sigmoid`: keeps its input; its backward recomputes the output.
+    Sigmoid,
+    /// `sum`, `mean`, `sum_dim`, `mean_dim`.
+    Reduce(&'static str),
+    /// A custom kernel (e.g. fused SiTU): compute-bound, keeps the inputs it names, and its
+    /// backward allocates the listed temporaries besides the input gradients.
+    Custom {
+        name: String,
+        backward_temps: Vec<Shape>,
+    },
+}
+
+impl Op {
+    fn bound(&self) -> Bound {
+        match self {
+            Op::Param | Op::Input => Bound::Leaf,
+            Op::Matmul | Op::Reduce(_) | Op::Custom { .. } => Bound::Compute,
+            _ => Bound::Memory,
+        }
+    }
+
+    fn elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Scalar(_) | Op::AddSub(_) | Op::Mul | Op::Div | Op::Unary(_) | Op::Sigmoid
+        )
+    }
+
+    /// Short burn-ish name for tables.
+    pub fn label(&self) -> String {
+        match self {
+            Op::Param => "param".into(),
+            Op::Input => "input".into(),
+            Op::Matmul => "matmul".into(),
+            Op::Slice { .. } => "slice".into(),
+            Op::Scalar(s) | Op::AddSub(s) | Op::Unary(s) | Op::Reduce(s) => (*s).into(),
+            Op::Mul => "mul".into(),
+            Op::Div => "div".into(),
+            Op::Sigmoid => "sigmoid".into(),
+            Op::Custom { name, .. } => name.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    name: String,
+    op: Op,
+    shape: Shape,
+    inputs: Vec<TensorId>,
+    /// Inputs the op checkpoints for its backward (explicit actions).
+    saves: Vec<TensorId>,
+    tracked: bool,
+}
+
+/// A layer written op by op, mirroring burn 0.21's tensor API.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    dtype: DType,
+    nodes: Vec<Node>,
+    outputs: Vec<TensorId>,
+}
+
+impl Graph {
+    /// An empty graph whose float tensors are `dtype`.
+    pub fn new(dtype: DType) -> Self {
+        Self {
+            dtype,
+            nodes: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, name: &str, op: Op, shape: Shape, inputs: Vec<TensorId>) -> TensorId {
+        let tracked = matches!(op, Op::Param) || inputs.iter().any(|i| self.nodes[i.0].tracked);
+        let tracked_in = |g: &Graph, i: &TensorId| g.nodes[i.0].tracked;
+        // burn-autodiff 0.21 save rules, per op (see the module docs).
+        let saves = match &op {
+            Op::Matmul | Op::Mul => {
+                let (l, r) = (inputs[0], inputs[1]);
+                let mut s = vec![];
+                if tracked_in(self, &r) {
+                    s.push(l);
+                }
+                if tracked_in(self, &l) && r != l {
+                    s.push(r);
+                }
+                s
+            }
+            Op::Div => {
+                let (l, r) = (inputs[0], inputs[1]);
+                let mut s = vec![];
+                if tracked_in(self, &r) {
+                    s.push(l);
+                }
+                if (tracked_in(self, &l) || tracked_in(self, &r)) && r != l {
+                    s.push(r);
+                }
+                s
+            }
+            Op::Unary(_) | Op::Sigmoid => vec![inputs[0]],
+            Op::Custom { .. } => inputs.clone(),
+            _ => vec![],
+        };
+        let saves = if tracked { saves } else { vec![] };
+        self.nodes.push(Node {
+            name: name.to_string(),
+            op,
+            shape,
+            inputs,
+            saves,
+            tracked,
+        });
+        TensorId(self.nodes.len() - 1)
+    }
+
+    /// Shape of a tensor.
+    pub fn shape(&self, t: TensorId) -> &Shape {
+        &self.nodes[t.0].shape
+    }
+
+    /// A trainable parameter.
+    pub fn param(&mut self, name: &str, shape: impl Into<Shape>) -> TensorId {
+        self.push(name, Op::Param, shape.into(), vec![])
+    }
+
+    /// An activation from upstream that requires grad (`tracked`) or not (data).
+    pub fn input(&mut self, name: &str, shape: impl Into<Shape>, tracked: bool) -> TensorId {
+        let id = self.push(name, Op::Input, shape.into(), vec![]);
+        self.nodes[id.0].tracked = tracked;
+        id
+    }
+
+    /// `lhs.matmul(rhs)` on the last two dims.
+    pub fn matmul(&mut self, name: &str, lhs: TensorId, rhs: TensorId) -> TensorId {
+        let (l, r) = (self.shape(lhs).clone(), self.shape(rhs));
+        let mut out = l.0.clone();
+        *out.last_mut().expect("matmul of a scalar") = *r.0.last().expect("matmul of a scalar");
+        self.push(name, Op::Matmul, Shape(out), vec![lhs, rhs])
+    }
+
+    /// `Linear::forward` without bias: `x.matmul(weight)`.
+    pub fn linear(&mut self, name: &str, x: TensorId, weight: TensorId) -> TensorId {
+        self.matmul(name, x, weight)
+    }
+
+    /// `t.slice(..)` on dimension `dim`, `start..end`, step 1.
+    pub fn slice(&mut self, name: &str, t: TensorId, dim: usize, start: u64, end: u64) -> TensorId {
+        let mut shape = self.shape(t).clone();
+        shape.0[dim] = end - start;
+        self.push(name, Op::Slice { dim, start, end }, shape, vec![t])
+    }
+
+    fn same(&mut self, name: &str, op: Op, inputs: Vec<TensorId>) -> TensorId {
+        let shape = self.shape(inputs[0]).clone();
+        self.push(name, op, shape, inputs)
+    }
+
+    /// `t.add_scalar(c)`.
+    pub fn add_scalar(&mut self, name: &str, t: TensorId) -> TensorId {
+        self.same(name, Op::Scalar("add_scalar"), vec![t])
+    }
+    /// `t.mul_scalar(c)`.
+    pub fn mul_scalar(&mut self, name: &str, t: TensorId) -> TensorId {
+        self.same(name, Op::Scalar("mul_scalar"), vec![t])
+    }
+    /// `t.div_scalar(c)`.
+    pub fn div_scalar(&mut self, name: &str, t: TensorId) -> TensorId {
+        self.same(name, Op::Scalar("div_scalar"), vec![t])
+    }
+    /// `lhs + rhs`.
+    pub fn add(&mut self, name: &str, lhs: TensorId, rhs: TensorId) -> TensorId {
+        self.same(name, Op::AddSub("add"), vec![lhs, rhs])
+    }
+    /// `lhs - rhs`.
+    pub fn sub(&mut self, name: &str, lhs: TensorId, rhs: TensorId) -> TensorId {
+        self.same(name, Op::AddSub("sub"), vec![lhs, rhs])
+    }
+    /// `lhs * rhs`.
+    pub fn mul(&mut self, name: &str, lhs: TensorId, rhs: TensorId) -> TensorId {
+        self.same(name, Op::Mul, vec![lhs, rhs])
+    }
+    /// `lhs / rhs`.
+    pub fn div(&mut self, name: &str, lhs: TensorId, rhs: TensorId) -> TensorId {
+        self.same(name, Op::Div, vec![lhs, rhs])
+    }
+    /// `t.tanh()`.
+    pub fn tanh(&mut self, name: &str, t: TensorId) -> TensorId {
+        self.same(name, Op::Unary("tanh"), vec![t])
+    }
+    /// `t.exp()`.
+    pub fn exp(&mut self, name: &str, t: TensorId) -> TensorId {
+        self.same(name, Op::Unary("exp"), vec![t])
+    }
+    /// `t.powf_scalar(p)`.
+    pub fn powf(&mut self, name: &str, t: TensorId) -> TensorId {
+        self.same(name, Op::Unary("powf_scalar"), vec![t])
+    }
+    /// `activation::sigmoid(t)`.
+    pub fn sigmoid(&mut self, name: &str, t: TensorId) -> TensorId {
+        self.same(name, Op::Sigmoid, vec![t])
+    }
+    /// `activation::silu(t)`, which burn-tensor 0.21 writes as `t.clone().mul(sigmoid(t))`.
+    pub fn silu(&mut self, name: &str, t: TensorId) -> TensorId {
+        let s = self.sigmoid(&format!("{name}.sigmoid"), t);
+        self.mul(name, t, s)
+    }
+    /// `t.sum()` / `t.mean()` to one element.
+    pub fn reduce(&mut self, name: &str, kind: &'static str, t: TensorId) -> TensorId {
+        self.push(name, Op::Reduce(kind), Shape(vec![1]), vec![t])
+    }
+    /// A custom compute-bound kernel with its own backward.
+    pub fn custom(
+        &mut self,
+        name: &str,
+        inputs: Vec<TensorId>,
+        out: impl Into<Shape>,
+        backward_temps: Vec<Shape>,
+    ) -> TensorId {
+        self.push(
+            name,
+            Op::Custom {
+                name: name.to_string(),
+                backward_temps,
+            },
+            out.into(),
+            inputs,
+        )
+    }
+
+    /// Marks a tensor as the layer's output: the caller owns it after forward.
+    pub fn output(&mut self, t: TensorId) {
+        self.outputs.push(t);
+    }
+
+    /// Applies burn 0.21's rules for `checkpointing` on `backend`.
+    pub fn ledger(&self, checkpointing: Checkpointing, backend: Backend) -> Ledger {
+        Analysis::new(self, checkpointing, backend).run()
+    }
+}
+
+/// How an op's output gets its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Storage {
+    /// Lives elsewhere (parameter, upstream input): not this layer's allocation.
+    External,
+    /// A fresh buffer from the pool.
+    New,
+    /// A zero-copy view of another tensor's buffer.
+    View(TensorId),
+    /// Written into an input's buffer.
+    InPlace(TensorId),
+    /// Not materialized: fused into the next kernel (Fusion backend).
+    Fused,
+}
+
+/// Why a tensor is, or is not, alive when backward starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Kept {
+    /// Freed during forward.
+    No,
+    /// Held until backward by the named consumer's checkpoint.
+    Saved(String),
+    /// Held until backward as Balanced's backup of a compute-bound parent.
+    Backup(String),
+    /// Saved, but recomputed in backward (Balanced, memory-bound): nothing held.
+    Recomputed(String),
+    /// The layer's output: the caller decides.
+    Output,
+    /// Not the layer's memory (parameter, input).
+    External,
+}
+
+/// One row of the per-call table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LedgerRow {
+    pub tensor: TensorId,
+    pub name: String,
+    pub op: String,
+    pub shape: Shape,
+    /// Bytes the output reserves from the pool when it is a new buffer (0 otherwise).
+    pub bytes: u64,
+    pub storage: Storage,
+    pub kept: Kept,
+}
+
+impl LedgerRow {
+    /// Whether it is alive when backward starts, in this layer's own memory.
+    pub fn held_bytes(&self, ledger: &Ledger) -> u64 {
+        ledger.held_buffer_bytes(self.tensor)
+    }
+
+    /// The "why" column, in words.
+    pub fn why(&self) -> String {
+        match &self.kept {
+            Kept::No => match self.storage {
+                Storage::View(p) => format!("view of #{}; nothing keeps it", p.0),
+                Storage::Fused => "fused into the next kernel".into(),
+                _ => "no consumer keeps it: freed after its last use".into(),
+            },
+            Kept::Saved(by) => format!("{by} keeps it for backward"),
+            Kept::Backup(by) => {
+                format!("compute-bound output feeding memory-bound {by}: backed up until backward")
+            }
+            Kept::Recomputed(by) => format!("{by} needs it, recomputed in backward"),
+            Kept::Output => "layer output, owned by the caller".into(),
+            Kept::External => "parameter or input, not this layer's memory".into(),
+        }
+    }
+
+    /// Cells for a table: op, name, shape, bytes, storage, kept, why.
+    pub fn cells(&self) -> [String; 7] {
+        let storage = match self.storage {
+            Storage::External => "external".to_string(),
+            Storage::New => "new".to_string(),
+            Storage::View(p) => format!("view of #{}", p.0),
+            Storage::InPlace(p) => format!("in place of #{}", p.0),
+            Storage::Fused => "fused".to_string(),
+        };
+        let kept = match self.kept {
+            Kept::Saved(_) | Kept::Backup(_) => "yes",
+            Kept::Output => "output",
+            _ => "no",
+        };
+        [
+            format!("#{} {}", self.tensor.0, self.op),
+            self.name.clone(),
+            self.shape.to_string(),
+            self.bytes.to_string(),
+            storage,
+            kept.to_string(),
+            self.why(),
+        ]
+    }
+}
+
+/// One backward step of the layer, in terms of buffers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackwardStep {
+    pub node: TensorId,
+    /// Outputs recomputed (Balanced) before the step: (tensor, bytes; 0 for a view).
+    pub recompute: Vec<(TensorId, u64)>,
+    /// Recomputed outputs whose last backward use this is.
+    pub release_recomputed: Vec<TensorId>,
+    /// Temporaries allocated and freed inside the step.
+    pub temps: Vec<u64>,
+    /// Gradients of inputs: (input, bytes, reuses the output gradient's buffer).
+    pub grads: Vec<(TensorId, u64, bool)>,
+    /// Held tensors whose last backward use this is.
+    pub release: Vec<TensorId>,
+}
+
+/// The per-call table plus what the trace needs to replay the call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ledger {
+    pub checkpointing: Checkpointing,
+    pub backend: Backend,
+    pub rows: Vec<LedgerRow>,
+    /// Buffer owner of every tensor (itself, or the tensor whose buffer it shares).
+    pub buffer_of: Vec<TensorId>,
+    /// Forward: for every node, the buffers (by owner) that die right after it.
+    pub forward_frees: Vec<Vec<TensorId>>,
+    /// Buffers held when backward starts (by owner), with their bytes.
+    pub held: Vec<(TensorId, u64)>,
+    /// Balanced backups that nothing recomputes: released when backward starts.
+    pub released_at_backward: Vec<TensorId>,
+    pub backward: Vec<BackwardStep>,
+    pub outputs: Vec<TensorId>,
+    pub params: Vec<(TensorId, u64)>,
+    pub inputs: Vec<(TensorId, u64)>,
+}
+
+impl Ledger {
+    /// Bytes held when backward starts.
+    pub fn held_bytes(&self) -> u64 {
+        self.held.iter().map(|(_, b)| b).sum()
+    }
+
+    fn held_buffer_bytes(&self, t: TensorId) -> u64 {
+        self.held
+            .iter()
+            .find(|(o, _)| *o == t)
+            .map_or(0, |(_, b)| *b)
+    }
+
+    /// Number of buffers held when backward starts (the seed's "live intermediates").
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Bytes of the fresh buffers forward allocates.
+    pub fn forward_alloc_bytes(&self) -> u64 {
+        self.rows
+            .iter()
+            .filter(|r| r.storage == Storage::New)
+            .map(|r| r.bytes)
+            .sum()
+    }
+}
+
+impl fmt::Display for Ledger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "| op | tensor | shape | bytes | storage | kept | why |")?;
+        writeln!(f, "|---|---|---|---:|---|---|---|")?;
+        for r in &self.rows {
+            let c = r.cells();
+            writeln!(
+                f,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+            )?;
+        }
+        write!(
+            f,
+            "\nheld until backward: {} buffers, {} bytes",
+            self.held_count(),
+            self.held_bytes()
+        )
+    }
+}
+
+struct Analysis<'a> {
+    g: &'a Graph,
+    ckpt: Checkpointing,
+    backend: Backend,
+    consumers: Vec<Vec<usize>>,
+}
+
+impl<'a> Analysis<'a> {
+    fn new(g: &'a Graph, ckpt: Checkpointing, backend: Backend) -> Self {
+        let mut consumers = vec![vec![]; g.nodes.len()];
+        for (i, n) in g.nodes.iter().enumerate() {
+            for inp in &n.inputs {
+                if !consumers[inp.0].contains(&i) {
+                    consumers[inp.0].push(i);
+                }
+            }
+        }
+        Self {
+            g,
+            ckpt,
+            backend,
+            consumers,
+        }
+    }
+
+    /// The compute property burn assigns a node under this strategy.
+    fn effective(&self, i: usize) -> Bound {
+        let n = &self.g.nodes[i];
+        match (n.op.bound(), self.ckpt) {
+            (Bound::Leaf, _) => Bound::Leaf,
+            (_, Checkpointing::None) => Bound::Compute,
+            (Bound::Memory, Checkpointing::Balanced) => {
+                // An untracked parent cannot be checkpointed: the op falls back to compute-bound.
+                if n.inputs.iter().all(|p| self.g.nodes[p.0].tracked) {
+                    Bound::Memory
+                } else {
+                    Bound::Compute
+                }
+            }
+            (b, _) => b,
+        }
+    }
+
+    fn run(self) -> Ledger {
+        let g = self.g;
+        let n = g.nodes.len();
+        let dtype = g.dtype;
+        // Which tensors something holds until backward, and why.
+        let mut kept: Vec<Kept> = g
+            .nodes
+            .iter()
+            .map(|nd| match nd.op {
+                Op::Param | Op::Input => Kept::External,
+                _ => Kept::No,
+            })
+            .collect();
+        for (i, nd) in g.nodes.iter().enumerate() {
+            if !nd.tracked {
+                continue;
+            }
+            let by = format!("#{} {}", i, nd.op.label());
+            for s in &nd.saves {
+                if matches!(kept[s.0], Kept::External) {
+                    continue;
+                }
+                match self.effective(s.0) {
+                    Bound::Memory => {
+                        if matches!(kept[s.0], Kept::No) {
+                            kept[s.0] = Kept::Recomputed(by.clone());
+                        }
+                    }
+                    _ => kept[s.0] = Kept::Saved(by.clone()),
+                }
+            }
+            if self.effective(i) == Bound::Memory {
+                for p in &nd.inputs {
+                    let pb = self.effective(p.0);
+                    if pb == Bound::Compute && matches!(kept[p.0], Kept::No | Kept::Recomputed(_)) {
+                        kept[p.0] = Kept::Backup(by.clone());
+                    }
+                }
+            }
+        }
+        for o in &g.outputs {
+            if matches!(kept[o.0], Kept::No | Kept::Recomputed(_)) {
+                kept[o.0] = Kept::Output;
+            }
+        }
+        let holds = |k: &Kept| matches!(k, Kept::Saved(_) | Kept::Backup(_) | Kept::Output);
+
+        // Storage: views, in-place, fusion, new.
+        let mut storage = vec![Storage::New; n];
+        let mut buffer_of: Vec<TensorId> = (0..n).map(TensorId).collect();
+        let last_use = |t: usize| self.consumers[t].iter().copied().max();
+        for i in 0..n {
+            let nd = &g.nodes[i];
+            storage[i] = match &nd.op {
+                Op::Param | Op::Input => Storage::External,
+                Op::Slice { dim, start, end } => {
+                    let parent = &g.nodes[nd.inputs[0].0].shape;
+                    let inner: u64 = parent.0[dim + 1..].iter().product();
+                    let elem = dtype.size();
+                    let off_start = start * inner * elem;
+                    let off_end = (parent.0[*dim] - end) * inner * elem;
+                    if off_start % 512 == 0 && off_end % 512 == 0 {
+                        Storage::View(nd.inputs[0])
+                    } else {
+                        Storage::New
+                    }
+                }
+                op if op.elementwise() => {
+                    // In place into the first input whose handle is unique at this point.
+                    let unique = |t: TensorId| {
+                        let owner = buffer_of[t.0];
+                        let shares = (0..i).any(|j| {
+                            j != t.0
+                                && buffer_of[j] == owner
+                                && storage[j] != Storage::Fused
+                                && (holds(&kept[j]) || last_use(j).is_some_and(|u| u >= i))
+                        });
+                        !matches!(storage[t.0], Storage::External | Storage::Fused)
+                            && !holds(&kept[t.0])
+                            && last_use(t.0) == Some(i)
+                            && nd.inputs.iter().filter(|x| **x == t).count() == 1
+                            && !shares
+                            && g.nodes[t.0].shape == nd.shape
+                    };
+                    match nd.inputs.iter().copied().find(|t| unique(*t)) {
+                        Some(t) => Storage::InPlace(t),
+                        None => Storage::New,
+                    }
+                }
+                _ => Storage::New,
+            };
+            // Fusion: an elementwise output nobody holds, read only by elementwise ops, stays in
+            // registers.
+            if self.backend == Backend::Fusion
+                && nd.op.elementwise()
+                && !holds(&kept[i])
+                && !matches!(kept[i], Kept::Recomputed(_))
+                && !self.consumers[i].is_empty()
+                && self.consumers[i]
+                    .iter()
+                    .all(|&c| g.nodes[c].op.elementwise())
+            {
+                storage[i] = Storage::Fused;
+            }
+            buffer_of[i] = match storage[i] {
+                Storage::View(p) | Storage::InPlace(p) => buffer_of[p.0],
+                _ => TensorId(i),
+            };
+        }
+
+        // Forward liveness per buffer: until the last use of any tensor on it, unless held.
+        let mut buffer_end: Vec<Option<usize>> = vec![None; n];
+        let mut buffer_held = vec![false; n];
+        for i in 0..n {
+            if matches!(storage[i], Storage::External | Storage::Fused) {
+                continue;
+            }
+            let o = buffer_of[i].0;
+            let end = last_use(i).unwrap_or(i).max(i);
+            buffer_end[o] = Some(buffer_end[o].map_or(end, |e: usize| e.max(end)));
+            if holds(&kept[i]) {
+                buffer_held[o] = true;
+            }
+        }
+        let mut forward_frees = vec![vec![]; n];
+        let mut held = vec![];
+        for o in 0..n {
+            if storage[o] != Storage::New {
+                continue;
+            }
+            let is_output = g.outputs.iter().any(|t| buffer_of[t.0].0 == o);
+            if buffer_held[o] && !is_output {
+                held.push((TensorId(o), g.nodes[o].shape.bytes(dtype)));
+            } else if is_output {
+                // The caller frees it (see `crate::trace`).
+            } else if let Some(end) = buffer_end[o] {
+                forward_frees[end].push(TensorId(o));
+            }
+        }
+
+        // Backward, in reverse: grads, temporaries, recomputation, releases.
+        let recompute_of = |t: usize| matches!(kept[t], Kept::Recomputed(_));
+        // Held buffers are released after the backward of their earliest forward user that
+        // needs them (the last backward step to touch them).
+        let mut needed_by: Vec<Option<usize>> = vec![None; n];
+        for (i, nd) in g.nodes.iter().enumerate() {
+            for s in &nd.saves {
+                let o = buffer_of[s.0].0;
+                needed_by[o] = Some(needed_by[o].map_or(i, |e: usize| e.min(i)));
+            }
+        }
+        // Backups needed by a recompute chain stay until the chain's first user runs.
+        for (i, k) in kept.iter().enumerate() {
+            if let Kept::Recomputed(_) = k {
+                let mut stack = g.nodes[i].inputs.clone();
+                let first = self.consumers[i].iter().copied().min().unwrap_or(i);
+                while let Some(p) = stack.pop() {
+                    let o = buffer_of[p.0].0;
+                    if buffer_held[o] {
+                        needed_by[o] = Some(needed_by[o].map_or(first, |e: usize| e.min(first)));
+                    } else if recompute_of(p.0) || self.effective(p.0) == Bound::Memory {
+                        stack.extend(g.nodes[p.0].inputs.iter().copied());
+                    }
+                }
+            }
+        }
+        let mut released_at_backward = vec![];
+        let mut release_at: Vec<Vec<TensorId>> = vec![vec![]; n];
+        for &(o, _) in &held {
+            if g.outputs.contains(&o) {
+                continue;
+            }
+            match needed_by[o.0] {
+                Some(i) => release_at[i].push(o),
+                None => released_at_backward.push(o),
+            }
+        }
+        let bytes = |t: TensorId| g.nodes[t.0].shape.bytes(dtype);
+        let mut backward = vec![];
+        let mut cached = vec![false; n];
+        let mut release_re: Vec<Vec<TensorId>> = vec![vec![]; n];
+        for i in (0..n).rev() {
+            let nd = &g.nodes[i];
+            if !nd.tracked || matches!(nd.op, Op::Param | Op::Input) {
+                continue;
+            }
+            // Recompute what this step retrieves and nobody holds, parents first, down to
+            // held stop nodes (burn's `update_n_required_of_parents` walk).
+            let mut recompute = vec![];
+            let mut todo: Vec<usize> = nd
+                .saves
+                .iter()
+                .filter(|s| recompute_of(s.0))
+                .map(|s| s.0)
+                .collect();
+            while let Some(r) = todo.pop() {
+                if cached[r] {
+                    continue;
+                }
+                let missing: Vec<usize> = g.nodes[r]
+                    .inputs
+                    .iter()
+                    .map(|p| p.0)
+                    .filter(|&p| {
+                        !cached[p]
+                            && !buffer_held[buffer_of[p].0]
+                            && self.effective(p) == Bound::Memory
+                    })
+                    .collect();
+                if missing.is_empty() {
+                    cached[r] = true;
+                    let b = match storage[r] {
+                        Storage::View(_) => 0,
+                        _ => bytes(TensorId(r)),
+                    };
+                    recompute.push((TensorId(r), b));
+                    // Kept until the earliest forward user that retrieves it runs backward.
+                    let last = self.consumers[r]
+                        .iter()
+                        .copied()
+                        .filter(|&c| g.nodes[c].saves.contains(&TensorId(r)))
+                        .min()
+                        .unwrap_or(i)
+                        .min(i);
+                    release_re[last].push(TensorId(r));
+                } else {
+                    todo.push(r);
+                    todo.extend(missing);
+                }
+            }
+            let out = bytes(TensorId(i));
+            let tracked: Vec<TensorId> = nd
+                .inputs
+                .iter()
+                .copied()
+                .filter(|t| g.nodes[t.0].tracked)
+                .collect();
+            let mut temps = vec![];
+            let mut grads = vec![];
+            match &nd.op {
+                Op::Matmul => {
+                    for t in &tracked {
+                        grads.push((*t, bytes(*t), false));
+                    }
+                }
+                Op::Slice { .. } => {
+                    // zeros(parent shape) then slice_assign of the gradient.
+                    grads.push((nd.inputs[0], bytes(nd.inputs[0]), false));
+                }
+                Op::Scalar(_) => grads.push((nd.inputs[0], out, true)),
+                Op::AddSub(_) | Op::Mul | Op::Div => {
+                    for (k, t) in tracked.iter().enumerate() {
+                        // The last side takes the output gradient's (now unique) buffer.
+                        grads.push((*t, bytes(*t), k + 1 == tracked.len()));
+                    }
+                    if matches!(nd.op, Op::Div) {
+                        temps.push(out);
+                    }
+                }
+                Op::Unary(_) => {
+                    temps.push(out);
+                    grads.push((nd.inputs[0], out, true));
+                }
+                Op::Sigmoid => {
+                    // Recomputed sigmoid, then `neg(output)`; the product lands in place.
+                    temps.extend([out, out]);
+                    grads.push((nd.inputs[0], out, true));
+                }
+                Op::Reduce(_) => grads.push((nd.inputs[0], bytes(nd.inputs[0]), false)),
+                Op::Custom { backward_temps, .. } => {
+                    temps.extend(backward_temps.iter().map(|s| s.bytes(dtype)));
+                    for t in &tracked {
+                        grads.push((*t, bytes(*t), false));
+                    }
+                }
+                Op::Param | Op::Input => {}
+            }
+            backward.push(BackwardStep {
+                node: TensorId(i),
+                recompute,
+                temps,
+                grads,
+                release: std::mem::take(&mut release_at[i]),
+                release_recomputed: std::mem::take(&mut release_re[i]),
+            });
+        }
+
+        let rows = (0..n)
+            .map(|i| {
+                let nd = &g.nodes[i];
+                LedgerRow {
+                    tensor: TensorId(i),
+                    name: nd.name.clone(),
+                    op: nd.op.label(),
+                    shape: nd.shape.clone(),
+                    bytes: if storage[i] == Storage::New {
+                        nd.shape.bytes(dtype)
+                    } else {
+                        0
+                    },
+                    storage: storage[i],
+                    kept: kept[i].clone(),
+                }
+            })
+            .collect();
+        let of_kind = |op: fn(&Op) -> bool| {
+            (0..n)
+                .filter(|&i| op(&g.nodes[i].op))
+                .map(|i| (TensorId(i), g.nodes[i].shape.bytes(dtype)))
+                .collect::<Vec<_>>()
+        };
+        Ledger {
+            checkpointing: self.ckpt,
+            backend: self.backend,
+            rows,
+            buffer_of,
+            forward_frees,
+            held,
+            released_at_backward,
+            backward,
+            outputs: g.outputs.clone(),
+            params: of_kind(|o| matches!(o, Op::Param)),
+            inputs: of_kind(|o| matches!(o, Op::Input)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ffn_silu(g: &mut Graph) -> TensorId {
+        let x = g.input("x", [4096, 768], true);
+        let w1 = g.param("w_up", [768, 2048]);
+        let w2 = g.param("w_down", [2048, 768]);
+        let mid = g.linear("mid", x, w1);
+        let h = g.silu("h", mid);
+        let out = g.linear("out", h, w2);
+        g.output(out);
+        mid
+    }
+
+    #[test]
+    fn matmul_keeps_inputs_not_output() {
+        let mut g = Graph::new(DType::F32);
+        let x = g.input("x", [4, 8], true);
+        let w = g.param("w", [8, 8]);
+        let y = g.matmul("y", x, w);
+        let z = g.add_scalar("z", y);
+        g.output(z);
+        let l = g.ledger(Checkpointing::None, Backend::Cube);
+        assert_eq!(l.rows[y.0].kept, Kept::No);
+        assert_eq!(l.rows[x.0].kept, Kept::External);
+        // add_scalar keeps nothing and y is unique: it runs in place.
+        assert_eq!(l.rows[z.0].storage, Storage::InPlace(y));
+    }
+
+    #[test]
+    fn silu_control_holds_three_intermediates() {
+        let mut g = Graph::new(DType::F32);
+        ffn_silu(&mut g);
+        let l = g.ledger(Checkpointing::None, Backend::Cube);
+        // mid (sigmoid's and mul's input), sigmoid(mid) (mul's rhs), h (down's input).
+        assert_eq!(l.held_count(), 3, "{l}");
+        assert_eq!(l.held_bytes(), 3 * 33_554_432);
+    }
+
+    #[test]
+    fn balanced_recomputes_memory_bound_and_backs_up_mid() {
+        let mut g = Graph::new(DType::F32);
+        let mid = ffn_silu(&mut g);
+        let l = g.ledger(Checkpointing::Balanced, Backend::Cube);
+        // Only mid (compute-bound, feeding memory-bound sigmoid) stays.
+        assert!(
+            matches!(l.rows[mid.0].kept, Kept::Saved(_) | Kept::Backup(_)),
+            "{l}"
+        );
+        assert_eq!(l.held_count(), 1, "{l}");
+    }
+
+    #[test]
+    fn aligned_slices_are_views_unaligned_are_copies() {
+        let mut g = Graph::new(DType::F32);
+        let m = g.input("m", [4096, 4096], true);
+        let a = g.slice("a", m, 1, 0, 2048);
+        let b = g.slice("b", m, 1, 2048, 4096);
+        let c = g.slice("c", m, 1, 1, 4096);
+        for t in [a, b, c] {
+            g.output(t);
+        }
+        let l = g.ledger(Checkpointing::None, Backend::Cube);
+        assert_eq!(l.rows[a.0].storage, Storage::View(m));
+        assert_eq!(l.rows[b.0].storage, Storage::View(m));
+        assert_eq!(l.rows[c.0].storage, Storage::New);
+    }
+}

@@ -1,0 +1,467 @@
+//! Recipes: what was trained, on which card. Read in two stages, as ripgrep reads its
+//! arguments: [`RecipeFile`] is the TOML as written (serde, unknown keys refused), [`Recipe`]
+//! is what the simulator may trust (every count non-zero, every size fits in a `u64`, the card
+//! holds at least the weights). The library never opens files: callers pass the text and a
+//! name for it.
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::layout::DType;
+
+/// Which activation the expert FFN runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    /// `activation::silu(mid)`: the control arm.
+    Silu,
+    /// SiTU GLU, tensor path: gate_up doubled to `2f`, split, soft-capped, gated.
+    SituTensor,
+    /// SiTU GLU, one fused kernel: one `[N, f]` output, backward recomputes from its input.
+    SituFused,
+}
+
+/// burn 0.21's checkpoint strategy (`Autodiff<B, C>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Checkpointing {
+    /// `NoCheckpointing`: every op is treated as compute-bound; what it saves stays.
+    None,
+    /// `BalancedCheckpointing`: memory-bound ops are recomputed during backward.
+    Balanced,
+}
+
+/// Which burn-cubecl backend runs the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// `CubeBackend<CudaRuntime, ..>`: every op materializes its output.
+    Cube,
+    /// burn-cuda's default `Cuda` (Fusion over Cube): elementwise chains whose intermediates
+    /// nobody keeps are not materialized.
+    Fusion,
+}
+
+/// Optimizer whose state lives beside the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Optimizer {
+    /// Plain SGD: no state.
+    Sgd,
+    /// Adam / AdamW: two moments per parameter.
+    Adam,
+}
+
+impl Optimizer {
+    /// Tensors of state per parameter tensor.
+    pub fn states_per_param(self) -> u64 {
+        match self {
+            Optimizer::Sgd => 0,
+            Optimizer::Adam => 2,
+        }
+    }
+}
+
+/// `[model]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFile {
+    pub batch: Spanned<u64>,
+    pub seq_len: Spanned<u64>,
+    pub d_model: Spanned<u64>,
+    pub d_ffn: Spanned<u64>,
+    pub n_experts: Spanned<u64>,
+    pub max_iter: Spanned<u64>,
+    pub dtype: DType,
+    pub activation: Activation,
+}
+
+/// `[training]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingFile {
+    pub checkpointing: Checkpointing,
+    pub backend: Backend,
+    pub optimizer: Optimizer,
+    pub steps: Spanned<u64>,
+    pub seeds: Spanned<Vec<u64>>,
+    pub loss_read_every: Spanned<u64>,
+}
+
+/// `[card]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CardFile {
+    pub total_bytes: Spanned<u64>,
+    pub desktop_bytes: Spanned<u64>,
+    pub cuda_context_bytes: Spanned<u64>,
+}
+
+/// `[rest_of_model]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestFile {
+    pub live_bytes: Spanned<u64>,
+    pub tensor_bytes: Spanned<u64>,
+    pub params: Spanned<u64>,
+    pub persistent_bytes: Spanned<u64>,
+}
+
+/// `[jitter]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JitterFile {
+    pub step_probability: Spanned<f64>,
+    pub late_releases: Spanned<u64>,
+    pub max_lag: Spanned<u64>,
+}
+
+/// Stage one: the file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecipeFile {
+    pub model: ModelFile,
+    pub training: TrainingFile,
+    pub card: CardFile,
+    pub rest_of_model: RestFile,
+    pub jitter: JitterFile,
+}
+
+/// What is wrong with a recipe, and where.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecipeError {
+    /// Not TOML, or not the recipe's shape (unknown key, missing key, wrong type).
+    #[error("{origin}:{line}: {reason}")]
+    Syntax {
+        origin: String,
+        line: usize,
+        reason: String,
+    },
+    /// Well-formed but impossible.
+    #[error("{origin}:{line}: `{field}` {reason}")]
+    Invalid {
+        origin: String,
+        line: usize,
+        field: &'static str,
+        reason: String,
+    },
+}
+
+impl RecipeError {
+    /// The 1-based line the error points at.
+    pub fn line(&self) -> usize {
+        match self {
+            RecipeError::Syntax { line, .. } | RecipeError::Invalid { line, .. } => *line,
+        }
+    }
+}
+
+/// The card: what `cuDeviceTotalMem_v2` reports and what others already hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Card {
+    /// Total device memory as the driver reports it; cubecl-cuda sizes its pools from it.
+    pub total_bytes: u64,
+    /// Held by the desktop (compositor, browser) on a card that also drives displays.
+    pub desktop_bytes: u64,
+    /// The trainer's own CUDA context, module images and cuBLAS workspace.
+    pub cuda_context_bytes: u64,
+}
+
+impl Card {
+    /// Bytes the pool's pages may take.
+    pub fn pool_capacity(&self) -> u64 {
+        self.total_bytes - self.desktop_bytes - self.cuda_context_bytes
+    }
+}
+
+/// The layers we do not model op by op, as lumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RestOfModel {
+    /// Activations they keep for backward per step.
+    pub live_bytes: u64,
+    /// Size of one such activation.
+    pub tensor_bytes: u64,
+    /// Their parameters (elements).
+    pub params: u64,
+    /// Other persistent buffers (embedding tables, caches).
+    pub persistent_bytes: u64,
+}
+
+/// The seeded release-lag mechanism (see [`crate::run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Jitter {
+    /// Chance that a step has late releases at all.
+    pub step_probability: f64,
+    /// Releases made late in such a step.
+    pub late_releases: u64,
+    /// At most this many reserves may overtake a late release.
+    pub max_lag: u64,
+}
+
+/// Stage two: a recipe the simulator can trust.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recipe {
+    /// Where it came from (a file name, or whatever the caller says).
+    pub origin: String,
+    pub batch: u64,
+    pub seq_len: u64,
+    pub d_model: u64,
+    pub d_ffn: u64,
+    pub n_experts: u64,
+    pub max_iter: u64,
+    pub dtype: DType,
+    pub activation: Activation,
+    pub checkpointing: Checkpointing,
+    pub backend: Backend,
+    pub optimizer: Optimizer,
+    pub steps: u64,
+    pub seeds: Vec<u64>,
+    /// The trainer reads the loss (a device sync) every this many steps.
+    pub loss_read_every: u64,
+    pub card: Card,
+    pub rest: RestOfModel,
+    pub jitter: Jitter,
+}
+
+impl Recipe {
+    /// Parses and validates `text`; `origin` names it in errors.
+    pub fn parse(origin: &str, text: &str) -> Result<Recipe, RecipeError> {
+        let file: RecipeFile = toml::from_str(text).map_err(|e| RecipeError::Syntax {
+            origin: origin.to_string(),
+            line: e.span().map_or(1, |s| line_of(text, s.start)),
+            reason: e.message().to_string(),
+        })?;
+        Self::validate(origin, text, file)
+    }
+
+    /// Positions per call: batch × seq_len.
+    pub fn tokens(&self) -> u64 {
+        self.batch * self.seq_len
+    }
+
+    /// Expert FFN calls per step.
+    pub fn calls(&self) -> u64 {
+        self.n_experts * self.max_iter
+    }
+
+    /// Width of the gate_up projection: doubled for the SiTU GLU paths.
+    pub fn gate_up_width(&self) -> u64 {
+        match self.activation {
+            Activation::Silu => self.d_ffn,
+            Activation::SituTensor | Activation::SituFused => 2 * self.d_ffn,
+        }
+    }
+
+    /// Parameters of the expert stack (gate_up and down of every expert; the loop reuses them).
+    pub fn expert_params(&self) -> u64 {
+        self.n_experts * (self.d_model * self.gate_up_width() + self.d_ffn * self.d_model)
+    }
+
+    /// Bytes of weights, gradients and optimizer state: the floor under any step.
+    pub fn weight_bytes(&self) -> u64 {
+        let params = self.expert_params() + self.rest.params;
+        params * self.dtype.size() * (2 + self.optimizer.states_per_param())
+            + self.rest.persistent_bytes
+    }
+
+    /// A copy with another activation / checkpointing (for side-by-side cells).
+    pub fn with(&self, activation: Activation, checkpointing: Checkpointing) -> Recipe {
+        Recipe {
+            activation,
+            checkpointing,
+            ..self.clone()
+        }
+    }
+
+    fn validate(origin: &str, text: &str, f: RecipeFile) -> Result<Recipe, RecipeError> {
+        let err = |field: &'static str, span: std::ops::Range<usize>, reason: String| {
+            RecipeError::Invalid {
+                origin: origin.to_string(),
+                line: line_of(text, span.start),
+                field,
+                reason,
+            }
+        };
+        let nonzero = |field: &'static str, v: &Spanned<u64>| {
+            if *v.get_ref() == 0 {
+                Err(err(field, v.span(), "must be at least 1".into()))
+            } else {
+                Ok(*v.get_ref())
+            }
+        };
+        let m = &f.model;
+        let batch = nonzero("model.batch", &m.batch)?;
+        let seq_len = nonzero("model.seq_len", &m.seq_len)?;
+        let d_model = nonzero("model.d_model", &m.d_model)?;
+        let d_ffn = nonzero("model.d_ffn", &m.d_ffn)?;
+        let n_experts = nonzero("model.n_experts", &m.n_experts)?;
+        let max_iter = nonzero("model.max_iter", &m.max_iter)?;
+        let t = &f.training;
+        let steps = nonzero("training.steps", &t.steps)?;
+        let loss_read_every = nonzero("training.loss_read_every", &t.loss_read_every)?;
+        if t.seeds.get_ref().is_empty() {
+            return Err(err(
+                "training.seeds",
+                t.seeds.span(),
+                "lists no seed".into(),
+            ));
+        }
+        // The biggest tensor in any path: [N, 2f] of the widest dtype.
+        let widest = batch
+            .checked_mul(seq_len)
+            .and_then(|n| n.checked_mul(d_ffn.checked_mul(2)?))
+            .and_then(|e| e.checked_mul(m.dtype.size()))
+            .and_then(|b| b.checked_mul(n_experts * max_iter));
+        if widest.is_none() {
+            return Err(err(
+                "model.d_ffn",
+                m.d_ffn.span(),
+                "makes batch × seq_len × 2·d_ffn × dtype × calls overflow 64 bits".into(),
+            ));
+        }
+        let c = &f.card;
+        let total = nonzero("card.total_bytes", &c.total_bytes)?;
+        let held = c
+            .desktop_bytes
+            .get_ref()
+            .checked_add(*c.cuda_context_bytes.get_ref());
+        if held.is_none_or(|h| h >= total) {
+            return Err(err(
+                "card.desktop_bytes",
+                c.desktop_bytes.span(),
+                format!("plus card.cuda_context_bytes leaves nothing of the card's {total} bytes"),
+            ));
+        }
+        let r = &f.rest_of_model;
+        let tensor_bytes = nonzero("rest_of_model.tensor_bytes", &r.tensor_bytes)?;
+        let j = &f.jitter;
+        let p = *j.step_probability.get_ref();
+        if !(0.0..=1.0).contains(&p) {
+            return Err(err(
+                "jitter.step_probability",
+                j.step_probability.span(),
+                format!("is {p}, not a probability in [0, 1]"),
+            ));
+        }
+        let recipe = Recipe {
+            origin: origin.to_string(),
+            batch,
+            seq_len,
+            d_model,
+            d_ffn,
+            n_experts,
+            max_iter,
+            dtype: m.dtype,
+            activation: m.activation,
+            checkpointing: t.checkpointing,
+            backend: t.backend,
+            optimizer: t.optimizer,
+            steps,
+            seeds: t.seeds.get_ref().clone(),
+            loss_read_every,
+            card: Card {
+                total_bytes: total,
+                desktop_bytes: *c.desktop_bytes.get_ref(),
+                cuda_context_bytes: *c.cuda_context_bytes.get_ref(),
+            },
+            rest: RestOfModel {
+                live_bytes: *r.live_bytes.get_ref(),
+                tensor_bytes,
+                params: *r.params.get_ref(),
+                persistent_bytes: *r.persistent_bytes.get_ref(),
+            },
+            jitter: Jitter {
+                step_probability: p,
+                late_releases: *j.late_releases.get_ref(),
+                max_lag: *j.max_lag.get_ref(),
+            },
+        };
+        let weights = recipe
+            .expert_params()
+            .checked_add(recipe.rest.params)
+            .and_then(|p| p.checked_mul(recipe.dtype.size() * 4));
+        match weights {
+            Some(_) if recipe.weight_bytes() < recipe.card.pool_capacity() => Ok(recipe),
+            _ => Err(err(
+                "card.total_bytes",
+                c.total_bytes.span(),
+                format!(
+                    "leaves {} bytes for the pool, below the {} bytes of weights, gradients and \
+                     optimizer state",
+                    recipe.card.pool_capacity(),
+                    recipe.weight_bytes()
+                ),
+            )),
+        }
+    }
+}
+
+/// 1-based line of byte offset `at` in `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = include_str!("../../../repro/recipes/small.toml");
+
+    #[test]
+    fn small_parses() {
+        let r = Recipe::parse("small.toml", SMALL).unwrap();
+        assert_eq!(r.tokens(), 4096);
+        assert_eq!(r.calls(), 12);
+        assert_eq!(r.activation, Activation::Silu);
+    }
+
+    #[test]
+    fn zero_is_refused_with_its_line() {
+        let text = SMALL.replace("batch = 8", "batch = 0");
+        let e = Recipe::parse("x.toml", &text).unwrap_err();
+        let line = text.lines().position(|l| l.starts_with("batch")).unwrap() + 1;
+        assert_eq!(
+            e,
+            RecipeError::Invalid {
+                origin: "x.toml".into(),
+                line,
+                field: "model.batch",
+                reason: "must be at least 1".into()
+            }
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("x.toml:{line}: `model.batch`"))
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_a_syntax_error_with_a_line() {
+        let text = SMALL.replace("batch = 8", "batch = 8\nbatchh = 8");
+        let e = Recipe::parse("x.toml", &text).unwrap_err();
+        assert!(matches!(e, RecipeError::Syntax { .. }), "{e}");
+        assert!(e.to_string().contains("batchh"), "{e}");
+        assert!(e.line() > 1);
+    }
+
+    #[test]
+    fn overflow_is_refused() {
+        let text = SMALL.replace("d_ffn = 2048", "d_ffn = 9223372036854775807");
+        let e = Recipe::parse("x.toml", &text).unwrap_err();
+        assert!(e.to_string().contains("overflow"), "{e}");
+    }
+
+    #[test]
+    fn card_below_the_weights_is_refused() {
+        let text = SMALL.replace("total_bytes = 17179869184", "total_bytes = 1500000000");
+        let e = Recipe::parse("x.toml", &text).unwrap_err();
+        assert!(
+            matches!(&e, RecipeError::Invalid { field, .. } if *field == "card.desktop_bytes" || *field == "card.total_bytes"),
+            "{e}"
+        );
+    }
+}
