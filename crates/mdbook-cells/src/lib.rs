@@ -445,7 +445,11 @@ fn shown_for<'a>(cell: &CellBlock, stored: &'a Stored) -> Shown<'a> {
         message = format!("{message}\n\nstderr:\n{}", stored.stderr.trim_end());
     }
     Shown::Failure {
-        label: label.into(),
+        label: if expected {
+            format!("expected failure ({label})")
+        } else {
+            label.into()
+        },
         message,
         stdout: stored.stdout.clone(),
         expected,

@@ -1,0 +1,198 @@
+//! Fixture books run through the library (`process`, no mdbook) with snapshot files of the
+//! rendered chapters, and through the real binary under mdbook (strict mode, the project's own
+//! book). `UPDATE_SNAPSHOTS=1 cargo test -p mdbook-cells` rewrites the snapshots.
+
+use mdbook_cells::config::Config;
+use mdbook_cells::{Document, Report, process};
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A cache for one test, kept between test runs so the cell crate's dependencies stay built.
+fn cache_dir(test: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cells-{test}"))
+}
+
+/// The same, with no stored outputs, so the test starts cold.
+fn fresh_cache(test: &str) -> PathBuf {
+    let dir = cache_dir(test);
+    let _ = std::fs::remove_dir_all(dir.join("outputs"));
+    dir
+}
+
+fn config(root: &Path, cache: &Path) -> Config {
+    let book: toml::Table =
+        toml::from_str(&std::fs::read_to_string(root.join("book.toml")).unwrap())
+            .expect("fixture book.toml");
+    let mut config: Config = book["preprocessor"]["cells"].clone().try_into().unwrap();
+    config.cache_dir = cache.to_path_buf();
+    config
+}
+
+/// The chapters under `src/`, in path order, numbered as mdbook would number a flat summary.
+fn documents(root: &Path) -> Vec<Document> {
+    let mut paths = Vec::new();
+    let mut stack = vec![root.join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "md")
+                && path.file_name().is_some_and(|n| n != "SUMMARY.md")
+            {
+                paths.push(path);
+            }
+        }
+    }
+    paths.sort();
+    paths
+        .iter()
+        .enumerate()
+        .map(|(i, path)| {
+            let rel = path.strip_prefix(root.join("src")).unwrap();
+            Document {
+                source: format!("src/{}", rel.display()),
+                html_path: rel.with_extension("html").display().to_string(),
+                number: Some(format!("{}.", i + 1)),
+                content: std::fs::read_to_string(path).unwrap(),
+            }
+        })
+        .collect()
+}
+
+fn run(name: &str, test: &str) -> (Vec<Document>, Report) {
+    let root = fixture(name);
+    let cache = fresh_cache(test);
+    let mut docs = documents(&root);
+    let report = process(&root, &config(&root, &cache), &mut docs).unwrap();
+    (docs, report)
+}
+
+fn assert_snapshot(name: &str, docs: &[Document]) {
+    for doc in docs {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/snapshots")
+            .join(name)
+            .join(doc.source.trim_start_matches("src/"));
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, &doc.content).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&file).unwrap_or_else(|_| {
+            panic!(
+                "no snapshot at {}; run with UPDATE_SNAPSHOTS=1",
+                file.display()
+            )
+        });
+        similar_asserts::assert_eq!(expected, doc.content, "snapshot {}", file.display());
+    }
+}
+
+#[test]
+fn basic_book_renders_every_kind_of_output_and_caches_it() {
+    let (docs, report) = run("basic", "basic");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!((report.cells, report.ran, report.cached), (8, 8, 0));
+    assert_snapshot("basic", &docs);
+
+    // A second build finds every output in the cache: nothing compiles, nothing runs.
+    let root = fixture("basic");
+    let config = config(&root, &cache_dir("basic"));
+    let mut again = documents(&root);
+    let report = process(&root, &config, &mut again).unwrap();
+    assert_eq!((report.ran, report.cached), (0, 8));
+    assert_eq!(again[0].content, docs[0].content);
+
+    // Editing one cell reruns that cell only; editing a caption reruns nothing.
+    let mut edited = documents(&root);
+    edited[0].content = edited[0]
+        .content
+        .replace("square(12)", "square(13)")
+        .replace("Squares & cubes", "Squares");
+    let report = process(&root, &config, &mut edited).unwrap();
+    assert_eq!((report.ran, report.cached), (1, 7));
+    assert!(
+        edited[0]
+            .content
+            .contains("<pre class=\"cell-output\">169</pre>")
+    );
+    assert!(edited[0].content.contains("Table 1.1:</span> Squares</p>"));
+}
+
+#[test]
+fn damaged_cache_entries_are_recomputed() {
+    let (_, first) = run("basic", "damaged");
+    assert_eq!(first.ran, 8);
+    let root = fixture("basic");
+    let cache = cache_dir("damaged");
+    for entry in std::fs::read_dir(cache.join("outputs")).unwrap().take(3) {
+        std::fs::write(entry.unwrap().path(), "{\"stdout\":").unwrap();
+    }
+    let mut docs = documents(&root);
+    let report = process(&root, &config(&root, &cache), &mut docs).unwrap();
+    assert_eq!((report.ran, report.cached), (3, 5));
+    assert!(report.problems.is_empty());
+}
+
+#[test]
+fn broken_cells_fail_in_place_and_the_rest_renders() {
+    let (docs, report) = run("broken", "broken");
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    similar_asserts::assert_eq!(
+        problems,
+        [
+            "src/broken.md:8: cell failed: compile error: error[E0308]: mismatched types",
+            "src/broken.md:12: cell failed: bad cell options: line 13: unknown option `hide-cod`; did you mean `hide-code`?",
+            "src/broken.md:19: cell failed: panicked: index out of bounds: the len is 2 but the index is 7 at src/broken.md:19",
+            "src/broken.md:22: cell failed: timed out: killed after 1 s (the cell's timeout)",
+            "src/broken.md:29: cell failed: the cell process died: the cell process was killed by signal 6",
+            "src/broken.md:33: cell failed: expected a failure: this cell is marked `expect-fail` but it succeeded",
+            "src/broken.md:38: cell failed: reference to unknown id `@fig-missing`",
+        ]
+    );
+    let page = &docs[0].content;
+    assert!(page.contains("<pre class=\"cell-output\">this cell is fine</pre>"));
+    assert!(
+        page.contains("<pre class=\"cell-output\">the cell after the failures still runs</pre>")
+    );
+    assert_snapshot("broken", &docs);
+}
+
+/// mdbook itself, running the real binary over its protocol.
+fn mdbook_build(root: &Path, out: &Path, strict: bool) -> anyhow::Result<()> {
+    let mut config = mdbook_driver::config::Config::from_disk(root.join("book.toml"))?;
+    config.set(
+        "preprocessor.cells.command",
+        env!("CARGO_BIN_EXE_mdbook-cells"),
+    )?;
+    config.set("preprocessor.cells.strict", strict)?;
+    config.set("build.build-dir", out.display().to_string())?;
+    mdbook_driver::MDBook::load_with_config(root, config)?.build()
+}
+
+#[test]
+fn strict_mode_fails_the_build_with_every_failing_line() {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("strict-broken");
+    let err = mdbook_build(&fixture("broken"), &out, true).unwrap_err();
+    let chain = format!("{err:#}");
+    assert!(chain.contains("cells"), "{chain}");
+    // Without strict mode the same book builds, errors shown in place.
+    mdbook_build(&fixture("broken"), &out, false).unwrap();
+    let html = std::fs::read_to_string(out.join("broken.html")).unwrap();
+    assert!(html.contains("cell-error"));
+    assert!(html.contains("the cell after the failures still runs"));
+}
+
+#[test]
+fn the_projects_own_book_builds_in_strict_mode() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("own-book");
+    mdbook_build(&root, &out, true).unwrap();
+    assert!(out.join("introduction.html").exists());
+}
