@@ -28,6 +28,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::layout::{DType, Shape};
+use crate::pool::CUDA_ALIGNMENT;
 use crate::recipe::{Backend, Checkpointing};
 
 /// A tensor in a [`Graph`].
@@ -591,7 +592,9 @@ impl<'a> Analysis<'a> {
                     let elem = dtype.size();
                     let off_start = start * inner * elem;
                     let off_end = (parent.0[*dim] - end) * inner * elem;
-                    if off_start % 512 == 0 && off_end % 512 == 0 {
+                    if off_start.is_multiple_of(CUDA_ALIGNMENT)
+                        && off_end.is_multiple_of(CUDA_ALIGNMENT)
+                    {
                         Storage::View(nd.inputs[0])
                     } else {
                         Storage::New

@@ -8,7 +8,10 @@ pub mod layout;
 pub mod ledger;
 pub mod pool;
 pub mod recipe;
+pub mod run;
+pub mod trace;
 
 pub use layout::{DType, Shape};
 pub use ledger::{Graph, Ledger, LedgerRow, TensorId};
 pub use recipe::{Activation, Backend, Checkpointing, Optimizer, Recipe, RecipeError};
+pub use run::{Failure, RunReport, Sink, StepRecord, simulate, simulate_with};

@@ -1,0 +1,344 @@
+//! A whole training step as pool events: forward over the stack (`max_iter` loop iterations ×
+//! `n_experts` expert calls, with the rest of the model's activations between them), backward
+//! in reverse (gradients, releases of what autodiff held, Balanced's recomputation), then the
+//! optimizer update.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::layout::Shape;
+use crate::ledger::{Ledger, TensorId};
+use crate::recipe::Recipe;
+
+/// A buffer in a step's trace. Ids below [`StepTrace::persistent`] outlive the step.
+pub type Buf = u32;
+
+/// Part of the step an event belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Init,
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+/// One pool event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// Reserve `bytes` for buffer `buf`.
+    Alloc { buf: Buf, bytes: u64 },
+    /// Drop buffer `buf`.
+    Free { buf: Buf },
+    /// The step enters a phase.
+    Phase(Phase),
+}
+
+/// What a run allocates before step one, in the persistent pool: weights and fixed buffers.
+pub fn init_allocs(recipe: &Recipe) -> Vec<u64> {
+    param_tensors(recipe)
+        .into_iter()
+        .chain((recipe.rest.persistent_bytes > 0).then_some(recipe.rest.persistent_bytes))
+        .collect()
+}
+
+/// Bytes of every parameter tensor: each expert's gate_up and down, then the rest of the model
+/// as one tensor.
+pub fn param_tensors(recipe: &Recipe) -> Vec<u64> {
+    let dt = recipe.dtype;
+    let mut v = vec![];
+    for _ in 0..recipe.n_experts {
+        v.push(Shape::from([recipe.d_model, recipe.gate_up_width()]).bytes(dt));
+        v.push(Shape::from([recipe.d_ffn, recipe.d_model]).bytes(dt));
+    }
+    if recipe.rest.params > 0 {
+        v.push(Shape::from([recipe.rest.params]).bytes(dt));
+    }
+    v
+}
+
+/// The events of one step.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StepTrace {
+    pub events: Vec<Event>,
+    /// Buffers `0..persistent` are optimizer state created on the first step and never freed.
+    pub persistent: Buf,
+    /// Number of buffer ids used.
+    pub buffers: Buf,
+}
+
+struct Builder {
+    events: Vec<Event>,
+    next: Buf,
+}
+
+impl Builder {
+    fn alloc(&mut self, bytes: u64) -> Buf {
+        let buf = self.next;
+        self.next += 1;
+        self.events.push(Event::Alloc { buf, bytes });
+        buf
+    }
+    fn free(&mut self, buf: Buf) {
+        self.events.push(Event::Free { buf });
+    }
+    fn phase(&mut self, p: Phase) {
+        self.events.push(Event::Phase(p));
+    }
+}
+
+/// One expert call's live buffers between its forward and its backward.
+struct CallState {
+    x: Buf,
+    held: HashMap<TensorId, Buf>,
+}
+
+/// Builds step `step` (1-based; step 1 also creates the optimizer state).
+pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
+    let params = param_tensors(recipe);
+    let states = recipe.optimizer.states_per_param() as usize * params.len();
+    let mut b = Builder {
+        events: vec![],
+        next: states as Buf,
+    };
+    let dt = recipe.dtype;
+    let x_bytes = Shape::from([recipe.tokens(), recipe.d_model]).bytes(dt);
+    let rest_count = recipe.rest.live_bytes / recipe.rest.tensor_bytes;
+    let per_iter =
+        |it: u64| rest_count / recipe.max_iter + u64::from(it < rest_count % recipe.max_iter);
+
+    b.phase(Phase::Forward);
+    let mut rest: Vec<Vec<Buf>> = vec![];
+    let mut calls: Vec<CallState> = vec![];
+    for it in 0..recipe.max_iter {
+        rest.push(
+            (0..per_iter(it))
+                .map(|_| b.alloc(recipe.rest.tensor_bytes))
+                .collect(),
+        );
+        for _ in 0..recipe.n_experts {
+            calls.push(forward_call(&mut b, ledger, x_bytes));
+        }
+    }
+    let loss = b.alloc(Shape::from([1]).bytes(dt));
+
+    b.phase(Phase::Backward);
+    // Balanced: backups no recompute needs are dropped when the checkpointer is built.
+    for c in &calls {
+        for t in &ledger.released_at_backward {
+            if let Some(buf) = c.held.get(t) {
+                b.free(*buf);
+            }
+        }
+    }
+    // Parameter gradients accumulate over the loop iterations and wait for the optimizer.
+    let mut param_grads: Vec<Option<Buf>> = vec![None; params.len()];
+    let mut calls = calls.into_iter().rev();
+    for it in (0..recipe.max_iter).rev() {
+        for e in (0..recipe.n_experts).rev() {
+            let c = calls.next().expect("one call state per call");
+            backward_call(&mut b, ledger, c, x_bytes, e as usize, &mut param_grads);
+        }
+        for buf in rest[it as usize].iter().rev() {
+            let g = b.alloc(recipe.rest.tensor_bytes);
+            b.free(g);
+            b.free(*buf);
+        }
+    }
+    if recipe.rest.params > 0 {
+        let last = params.len() - 1;
+        param_grads[last] = Some(b.alloc(params[last]));
+    }
+
+    b.phase(Phase::Optimizer);
+    if step == 1 {
+        // Adam's moments: zeros shaped like each parameter, created on the first update.
+        for (i, &p) in params.iter().enumerate() {
+            for k in 0..recipe.optimizer.states_per_param() as usize {
+                b.events.push(Event::Alloc {
+                    buf: (i * recipe.optimizer.states_per_param() as usize + k) as Buf,
+                    bytes: p,
+                });
+            }
+        }
+    }
+    for (i, &p) in params.iter().enumerate() {
+        // Moments and parameter are updated in place (unique handles); the update needs two
+        // temporaries the size of the parameter.
+        let temps: Vec<Buf> = (0..recipe.optimizer.states_per_param().max(1))
+            .map(|_| b.alloc(p))
+            .collect();
+        for t in temps {
+            b.free(t);
+        }
+        if let Some(g) = param_grads[i] {
+            b.free(g);
+        }
+    }
+    b.free(loss);
+    StepTrace {
+        events: b.events,
+        persistent: states as Buf,
+        buffers: b.next,
+    }
+}
+
+fn forward_call(b: &mut Builder, ledger: &Ledger, x_bytes: u64) -> CallState {
+    let x = b.alloc(x_bytes);
+    let mut bufs: HashMap<TensorId, Buf> = HashMap::new();
+    for (i, row) in ledger.rows.iter().enumerate() {
+        if row.storage == crate::ledger::Storage::New {
+            bufs.insert(row.tensor, b.alloc(row.bytes));
+        }
+        for owner in &ledger.forward_frees[i] {
+            if let Some(buf) = bufs.remove(owner) {
+                b.free(buf);
+            }
+        }
+    }
+    // The output feeds the residual add, which runs in place: the call's output buffer ends
+    // with the call.
+    for o in &ledger.outputs {
+        if let Some(buf) = bufs.remove(&ledger.buffer_of[o.0]) {
+            b.free(buf);
+        }
+    }
+    let held = ledger
+        .held
+        .iter()
+        .filter_map(|(t, _)| bufs.remove(t).map(|buf| (*t, buf)))
+        .collect();
+    CallState { x, held }
+}
+
+fn backward_call(
+    b: &mut Builder,
+    ledger: &Ledger,
+    mut c: CallState,
+    x_bytes: u64,
+    expert: usize,
+    param_grads: &mut [Option<Buf>],
+) {
+    // The gradient arriving from the residual stream.
+    let mut grads: HashMap<TensorId, Buf> = HashMap::new();
+    for o in &ledger.outputs {
+        grads.insert(*o, b.alloc(x_bytes));
+    }
+    let mut recomputed: HashMap<TensorId, Buf> = HashMap::new();
+    for step in &ledger.backward {
+        for &(t, bytes) in &step.recompute {
+            if bytes > 0 {
+                recomputed.insert(t, b.alloc(bytes));
+            }
+        }
+        let temps: Vec<Buf> = step.temps.iter().map(|&t| b.alloc(t)).collect();
+        let mut out_grad = grads.remove(&step.node);
+        for &(t, bytes, reuse) in &step.grads {
+            let param = ledger.params.iter().position(|(p, _)| *p == t);
+            let new = match (reuse, out_grad.take()) {
+                (true, Some(g)) => g,
+                (_, g) => {
+                    out_grad = g;
+                    b.alloc(bytes)
+                }
+            };
+            match param {
+                Some(k) if param_grads[2 * expert + k].is_none() => {
+                    param_grads[2 * expert + k] = Some(new)
+                }
+                None if !grads.contains_key(&t) => {
+                    grads.insert(t, new);
+                }
+                // A second contribution is summed into the first, in place.
+                _ => b.free(new),
+            }
+        }
+        if let Some(g) = out_grad {
+            b.free(g);
+        }
+        for t in temps {
+            b.free(t);
+        }
+        for t in &step.release {
+            if let Some(buf) = c.held.remove(t) {
+                b.free(buf);
+            }
+        }
+        for t in &step.release_recomputed {
+            if let Some(buf) = recomputed.remove(t) {
+                b.free(buf);
+            }
+        }
+    }
+    // Whatever is left: dx (handed upstream, summed into the residual gradient), stragglers.
+    let mut rest: Vec<Buf> = grads
+        .into_values()
+        .chain(recomputed.into_values())
+        .collect();
+    rest.extend(c.held.into_values());
+    rest.sort_unstable();
+    for buf in rest {
+        b.free(buf);
+    }
+    b.free(c.x);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffn::expert_ledger;
+    use crate::recipe::{Activation, Checkpointing};
+
+    fn recipes() -> Vec<Recipe> {
+        let small = Recipe::parse(
+            "small.toml",
+            include_str!("../../../repro/recipes/small.toml"),
+        )
+        .unwrap();
+        let mut v = vec![];
+        for a in [
+            Activation::Silu,
+            Activation::SituTensor,
+            Activation::SituFused,
+        ] {
+            for c in [Checkpointing::None, Checkpointing::Balanced] {
+                v.push(small.with(a, c));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn every_step_frees_what_it_allocates() {
+        for r in recipes() {
+            let l = expert_ledger(&r);
+            for step in [1, 2] {
+                let t = step_trace(&r, &l, step);
+                let mut live = std::collections::HashSet::new();
+                for e in &t.events {
+                    match *e {
+                        Event::Alloc { buf, .. } => assert!(live.insert(buf), "{buf} twice"),
+                        Event::Free { buf } => assert!(live.remove(&buf), "{buf} not live"),
+                        Event::Phase(_) => {}
+                    }
+                }
+                let left: Vec<_> = live.iter().filter(|b| **b >= t.persistent).collect();
+                assert!(
+                    left.is_empty(),
+                    "{:?} {:?}: {left:?}",
+                    r.activation,
+                    r.checkpointing
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn canonical_steps_repeat() {
+        let r = &recipes()[2];
+        let l = expert_ledger(r);
+        assert_eq!(step_trace(r, &l, 2), step_trace(r, &l, 3));
+        assert_ne!(step_trace(r, &l, 1), step_trace(r, &l, 2));
+    }
+}
