@@ -1,0 +1,132 @@
+//! Build-time figures for this repository's book, printed (not asserted):
+//!   (a) a rebuild with every cell cached, against the same book with the preprocessor removed;
+//!   (b) editing one cell, then rebuilding (median of 5);
+//!   (c) a cold build from an empty cell cache (the cells' dependencies compiled from scratch).
+//!
+//! `cargo bench -p mdbook-cells --bench book` (needs `mdbook` on PATH: README command 1).
+//! The book is copied to a scratch directory so that `src/` is never touched. The preprocessor
+//! runs exactly as `book.toml` configures it (`cargo run --release …` on this repository).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const RUNS: usize = 5;
+
+fn main() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let repo = repo.canonicalize().expect("repository root");
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-book");
+    let _ = std::fs::remove_dir_all(&scratch);
+    let with_cells = scratch.join("with-cells");
+    let without = scratch.join("without-cells");
+    for dir in [&with_cells, &without] {
+        for item in [
+            "book.toml",
+            "src",
+            "crates",
+            "repro",
+            "assets",
+            "Cargo.toml",
+            "Cargo.lock",
+            "rust-toolchain.toml",
+        ] {
+            copy(&repo.join(item), &dir.join(item));
+        }
+    }
+    let manifest = std::fs::read_to_string(without.join("book.toml")).unwrap();
+    std::fs::write(without.join("book.toml"), strip_cells(&manifest)).unwrap();
+    let command = format!(
+        "cargo run --quiet --release --locked --manifest-path {}",
+        repo.join("crates/mdbook-cells/Cargo.toml").display()
+    );
+
+    println!("book: {}", repo.display());
+    let cold = mdbook(&with_cells, &command);
+    println!("(c) cold build, empty cell cache:          {:>8.2} s", secs(cold));
+
+    let cached = median((0..RUNS).map(|_| mdbook(&with_cells, &command)));
+    let plain = median((0..RUNS).map(|_| mdbook(&without, &command)));
+    println!("(a) rebuild, every cell cached (median):   {:>8.3} s", secs(cached));
+    println!("    same book, preprocessor removed:       {:>8.3} s", secs(plain));
+    println!(
+        "    ratio:                                 {:>8.2} × (goal ≤ 1.3 ×)",
+        secs(cached) / secs(plain)
+    );
+
+    let chapter = with_cells.join("src/introduction.md");
+    let original = std::fs::read_to_string(&chapter).unwrap();
+    assert!(original.contains("(8 * 512, 2048, 4)"), "the edited cell moved");
+    let edits = (0..RUNS).map(|i| {
+        let edited = original.replace("(8 * 512, 2048, 4)", &format!("(8 * 512, {}, 4)", 2049 + i));
+        std::fs::write(&chapter, edited).unwrap();
+        mdbook(&with_cells, &command)
+    });
+    let edit = median(edits);
+    println!(
+        "(b) edit one cell, rebuild (median of {RUNS}):  {:>8.3} s (goal ≤ 2 s)",
+        secs(edit)
+    );
+}
+
+fn mdbook(root: &Path, command: &str) -> Duration {
+    let start = Instant::now();
+    let out = Command::new("mdbook")
+        .arg("build")
+        .current_dir(root)
+        .env("MDBOOK_PREPROCESSOR__CELLS__COMMAND", command)
+        .env("MDBOOK_CELLS_STRICT", "1")
+        .output()
+        .expect("run mdbook (install it with the README's first command)");
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "mdbook build failed in {}:\n{}",
+        root.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+/// The book.toml without its `[preprocessor.cells…]` tables.
+fn strip_cells(manifest: &str) -> String {
+    let mut keep = true;
+    let mut out = String::new();
+    for line in manifest.lines() {
+        if line.starts_with('[') {
+            keep = !line.starts_with("[preprocessor.cells");
+        }
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn median(times: impl Iterator<Item = Duration>) -> Duration {
+    let mut times: Vec<Duration> = times.collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn copy(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            if name == "target" {
+                continue;
+            }
+            copy(&entry.path(), &to.join(name));
+        }
+    } else if from.exists() {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+}
