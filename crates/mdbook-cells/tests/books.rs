@@ -272,3 +272,75 @@ document.body.setAttribute('data-svg-probe', found.join(';'));
         );
     }
 }
+
+/// An in-memory chapter for the `&str → String` seam, run with the basic fixture's settings.
+fn run_text(test: &str, markdown: &str, tweak: impl FnOnce(&mut Config)) -> (String, Report) {
+    let root = fixture("basic");
+    let mut config = config(&root, &fresh_cache(test));
+    tweak(&mut config);
+    let mut docs = vec![Document {
+        source: "src/inline.md".into(),
+        html_path: "inline.html".into(),
+        number: None,
+        content: markdown.into(),
+    }];
+    let report = process(&root, &config, &mut docs).unwrap();
+    (docs.remove(0).content, report)
+}
+
+#[test]
+fn output_over_the_limit_is_cut_with_a_note() {
+    let (page, report) = run_text(
+        "limit",
+        "```cell\nprint!(\"{}\", \"x\".repeat(500));\n```\n",
+        |c| c.output_limit = 64,
+    );
+    assert!(report.problems.is_empty());
+    let expected = format!(
+        "<pre class=\"cell-stdout\">{}\n… output cut at 64 bytes (the cell printed more)</pre>",
+        "x".repeat(64)
+    );
+    assert!(page.contains(&expected), "{page}");
+}
+
+#[test]
+fn prelude_errors_are_shown_at_the_prelude() {
+    let (page, report) = run_text(
+        "prelude",
+        "```cell\n//| prelude\nfn helper() -> u32 { \"no\" }\n```\n\n```cell\nhelper()\n```\n",
+        |_| {},
+    );
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        problems,
+        [
+            "src/inline.md:3: cell failed: the prelude did not compile: error[E0308]: mismatched types",
+            "src/inline.md:6: cell failed: compile error: this chapter's prelude did not compile (its error is shown there)",
+        ]
+    );
+    assert!(page.contains("--&gt; src/inline.md:3:22"), "{page}");
+}
+
+#[test]
+fn two_builds_at_once_take_turns_on_the_cache() {
+    let root = fixture("basic");
+    let cache = fresh_cache("concurrent");
+    let pages: Vec<String> = std::thread::scope(|s| {
+        let builds: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut docs = documents(&root);
+                    let report = process(&root, &config(&root, &cache), &mut docs).unwrap();
+                    assert!(report.problems.is_empty(), "{:?}", report.problems);
+                    docs[0].content.clone()
+                })
+            })
+            .collect();
+        builds.into_iter().map(|b| b.join().unwrap()).collect()
+    });
+    assert_eq!(pages[0], pages[1]);
+    // Whichever build went second found everything the first one stored.
+    let mut docs = documents(&root);
+    let report = process(&root, &config(&root, &cache), &mut docs).unwrap();
+    assert_eq!((report.ran, report.cached), (0, 8));
+}
