@@ -142,9 +142,19 @@ impl HighWaterChart {
             // Below 8 bytes the ticks would be fractions of a byte.
             .max(8);
         let unit = ByteUnit::for_value(max_bytes);
-        let y_top = unit.scale(max_bytes) * 1.15;
+        let min_bytes = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .chain((self.card_bytes > 0).then_some(self.card_bytes))
+            .min()
+            .unwrap_or(0);
+        let (y_bottom, y_top) = y_range(unit.scale(min_bytes), unit.scale(max_bytes));
         let tick_w = (0..=8)
-            .map(|i| text_width(&unit.tick(y_top * f64::from(i) / 8.0), LABEL_PX))
+            .map(|i| {
+                let v = y_bottom + (y_top - y_bottom) * f64::from(i) / 8.0;
+                text_width(&unit.tick(v), LABEL_PX)
+            })
             .fold(0.0, f64::max);
 
         let mut chart = ChartBuilder::on(&plot)
@@ -154,7 +164,7 @@ impl HighWaterChart {
             .margin_bottom(4)
             .x_label_area_size(42)
             .y_label_area_size((tick_w + 34.0) as u32)
-            .build_cartesian_2d(0u32..max_step, 0f64..y_top)?;
+            .build_cartesian_2d(0u32..max_step, y_bottom..y_top)?;
         let y_fmt = |v: &f64| unit.tick(*v);
         let mut mesh = chart.configure_mesh();
         frame::style_mesh(&mut mesh);
@@ -430,5 +440,33 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].1, PALETTE[0]);
         assert_eq!(c[1].1, PALETTE[1]);
+    }
+}
+
+/// The y axis, in display units. It starts at zero unless every value sits in a band high
+/// above it (a pool near a card's edge): then it starts a whole unit below the band, so that
+/// the differences that decide a run are visible rather than squeezed against the top.
+fn y_range(lo: f64, hi: f64) -> (f64, f64) {
+    if lo > 0.5 * hi {
+        let span = (hi - lo).max(hi * 0.05);
+        ((lo - span * 0.5).floor().max(0.0), hi + span * 0.15)
+    } else {
+        (0.0, hi * 1.15)
+    }
+}
+
+#[cfg(test)]
+mod y_range_tests {
+    use super::y_range;
+
+    #[test]
+    fn starts_at_zero_unless_the_data_sit_high() {
+        assert_eq!(y_range(1.0, 10.0), (0.0, 11.5));
+        let (bottom, top) = y_range(12.1, 14.36);
+        assert_eq!(bottom, 10.0);
+        assert!(top > 14.36 && top < 15.0);
+        // A flat line still gets a band around it.
+        let (bottom, top) = y_range(8.0, 8.0);
+        assert!(bottom < 8.0 && top > 8.0);
     }
 }

@@ -43,12 +43,21 @@ fn main() {
 
     println!("book: {}", repo.display());
     let cold = mdbook(&with_cells, &command);
-    println!("(c) cold build, empty cell cache:          {:>8.2} s", secs(cold));
+    println!(
+        "(c) cold build, empty cell cache:          {:>8.2} s",
+        secs(cold)
+    );
 
     let cached = median((0..RUNS).map(|_| mdbook(&with_cells, &command)));
     let plain = median((0..RUNS).map(|_| mdbook(&without, &command)));
-    println!("(a) rebuild, every cell cached (median):   {:>8.3} s", secs(cached));
-    println!("    same book, preprocessor removed:       {:>8.3} s", secs(plain));
+    println!(
+        "(a) rebuild, every cell cached (median):   {:>8.3} s",
+        secs(cached)
+    );
+    println!(
+        "    same book, preprocessor removed:       {:>8.3} s",
+        secs(plain)
+    );
     println!(
         "    ratio:                                 {:>8.2} × (goal ≤ 1.3 ×)",
         secs(cached) / secs(plain)
@@ -56,7 +65,10 @@ fn main() {
 
     let chapter = with_cells.join("src/introduction.md");
     let original = std::fs::read_to_string(&chapter).unwrap();
-    assert!(original.contains("(8 * 512, 2048, 4)"), "the edited cell moved");
+    assert!(
+        original.contains("(8 * 512, 2048, 4)"),
+        "the edited cell moved"
+    );
     let edits = (0..RUNS).map(|i| {
         let edited = original.replace("(8 * 512, 2048, 4)", &format!("(8 * 512, {}, 4)", 2049 + i));
         std::fs::write(&chapter, edited).unwrap();
