@@ -105,7 +105,27 @@ struct Found {
     doc: usize,
     segment: usize,
     module: String,
+    /// The cache key; `None` for cells that are not run (preludes, GPU cells, bad options).
     key: Option<String>,
+}
+
+/// Every chapter parsed, with its prelude and its cells' keys.
+struct Plan {
+    parsed: Vec<Vec<Segment>>,
+    /// Each chapter's prelude code and its first line.
+    preludes: Vec<Option<(String, usize)>>,
+    /// Problems with a cell found across cells (a second prelude, a duplicate id).
+    cell_errors: HashMap<(usize, usize), Vec<String>>,
+    cells: Vec<Found>,
+}
+
+impl Plan {
+    fn cell(&self, f: &Found) -> &CellBlock {
+        match &self.parsed[f.doc][f.segment] {
+            Segment::Cell(c) => c,
+            Segment::Prose(_) => unreachable!("found cells point at cells"),
+        }
+    }
 }
 
 /// Runs every cell of `docs` (cached where possible) and rewrites their content with the
@@ -113,18 +133,67 @@ struct Found {
 /// whether they fail the build.
 pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Report, Error> {
     let mut report = Report::default();
-    let parsed: Vec<Vec<Segment>> = docs.iter().map(|d| parse::split(&d.content)).collect();
+    let mut plan = plan(root, config, docs);
+    report.cells = plan.cells.iter().filter(|f| f.key.is_some()).count();
 
-    // Each chapter's prelude: the code shared by its cells (one per chapter).
+    let cache_dir = root.join(&config.cache_dir);
+    let cache_error = |source| Error::Cache {
+        path: cache_dir.clone(),
+        source,
+    };
+    let cache = Cache::open(&cache_dir).map_err(cache_error)?;
+    let mut outcomes: HashMap<String, Stored> = HashMap::new();
+    let mut misses = Vec::new();
+    for f in &plan.cells {
+        let Some(key) = &f.key else { continue };
+        match cache.get(key) {
+            Some(stored) => {
+                outcomes.insert(f.module.clone(), stored);
+                report.cached += 1;
+            }
+            None => misses.push(f),
+        }
+    }
+    let prelude_errors = if misses.is_empty() {
+        HashMap::new()
+    } else {
+        let prelude_errors =
+            compile_and_run(root, config, docs, &plan, &mut outcomes, &mut report)?;
+        // Keep what is worth keeping: outputs, and the failures that are a cell's content.
+        for f in &misses {
+            let (Some(key), Some(stored)) = (&f.key, outcomes.get(&f.module)) else {
+                continue;
+            };
+            let deterministic_failure =
+                matches!(stored.kind.as_str(), "compile" | "panic" | "error");
+            if !is_failure(&stored.kind)
+                || (plan.cell(f).options.expect_fail && deterministic_failure)
+            {
+                cache.put(key, stored).map_err(cache_error)?;
+            }
+        }
+        prelude_errors
+    };
+    let live: HashSet<String> = plan.cells.iter().filter_map(|f| f.key.clone()).collect();
+    cache.retain(&live).map_err(cache_error)?;
+    drop(cache);
+
+    render_pages(docs, &mut plan, &outcomes, &prelude_errors, &mut report);
+    Ok(report)
+}
+
+/// Parses every chapter, finds each one's prelude, and keys every runnable cell.
+fn plan(root: &Path, config: &Config, docs: &[Document]) -> Plan {
+    let parsed: Vec<Vec<Segment>> = docs.iter().map(|d| parse::split(&d.content)).collect();
     let mut preludes: Vec<Option<(String, usize)>> = vec![None; docs.len()];
-    let mut extra_errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
+    let mut cell_errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
     for (d, segments) in parsed.iter().enumerate() {
         for (s, seg) in segments.iter().enumerate() {
             if let Segment::Cell(c) = seg
                 && c.options.prelude
             {
                 if preludes[d].is_some() {
-                    extra_errors
+                    cell_errors
                         .entry((d, s))
                         .or_default()
                         .push("a chapter has one prelude cell; merge them".into());
@@ -135,21 +204,21 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         }
     }
 
-    // Plan: a module name and a cache key for every runnable cell.
     let environment = environment_key(root, config);
-    let mut found = Vec::new();
+    let mut cells = Vec::new();
     for (d, segments) in parsed.iter().enumerate() {
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
             let runnable = !c.options.prelude
                 && !c.options.gpu
                 && c.option_errors.is_empty()
-                && !extra_errors.contains_key(&(d, s));
+                && !cell_errors.contains_key(&(d, s));
             let key = runnable.then(|| {
                 let mut h = environment.clone();
                 if let Some((p, _)) = &preludes[d] {
                     h.part("prelude", p.as_bytes());
                 }
+                // Only what changes the run is hashed: captions, ids and hide-… are free.
                 h.part("code", c.code.as_bytes())
                     .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())
                     .part("expect-fail", &[u8::from(c.options.expect_fail)]);
@@ -158,7 +227,7 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
                 }
                 h.finish()
             });
-            found.push(Found {
+            cells.push(Found {
                 doc: d,
                 segment: s,
                 module: module_name(&docs[d].source, s),
@@ -166,151 +235,133 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             });
         }
     }
-    report.cells = found.iter().filter(|f| f.key.is_some()).count();
+    Plan {
+        parsed,
+        preludes,
+        cell_errors,
+        cells,
+    }
+}
 
+/// Compiles the book's cells as one crate and runs those without an outcome. Returns the
+/// compile errors found in chapters' preludes, by chapter.
+fn compile_and_run(
+    root: &Path,
+    config: &Config,
+    docs: &[Document],
+    plan: &Plan,
+    outcomes: &mut HashMap<String, Stored>,
+    report: &mut Report,
+) -> Result<HashMap<usize, String>, Error> {
     let cache_dir = root.join(&config.cache_dir);
-    let cache = Cache::open(&cache_dir).map_err(|source| Error::Cache {
-        path: cache_dir.clone(),
+    let misses: Vec<&Found> = plan
+        .cells
+        .iter()
+        .filter(|f| f.key.is_some() && !outcomes.contains_key(&f.module))
+        .collect();
+    // Every runnable cell goes into the crate so its module set is stable between builds;
+    // cached compile failures stay out (they would fail again).
+    let sources: Vec<CellSource> = plan
+        .cells
+        .iter()
+        .filter(|f| f.key.is_some())
+        .filter(|f| outcomes.get(&f.module).is_none_or(|o| o.kind != "compile"))
+        .map(|f| {
+            let c = plan.cell(f);
+            CellSource {
+                module: f.module.clone(),
+                chapter: docs[f.doc].source.clone(),
+                prelude: plan.preludes[f.doc].clone(),
+                code: c.code.clone(),
+                code_line: c.code_line,
+                last_line: c.last_code_line(),
+            }
+        })
+        .collect();
+    let crate_dir = cache_dir.join("crate");
+    let krate = CellCrate::write(
+        &crate_dir,
+        &cache_dir.join("target"),
+        &cell_crate_dependencies(root, config),
+        &sources,
+        Some(&root.join("Cargo.lock")),
+    )
+    .map_err(|source| Error::Crate {
+        path: crate_dir.clone(),
         source,
     })?;
-    let mut outcomes: HashMap<String, Stored> = HashMap::new();
-    let mut misses = Vec::new();
-    for f in &found {
-        let Some(key) = &f.key else { continue };
-        match cache.get(key) {
-            Some(stored) => {
-                outcomes.insert(f.module.clone(), stored);
-                report.cached += 1;
-            }
-            None => misses.push(f),
-        }
-    }
+    let started = Instant::now();
+    let compiled = krate.compile();
+    report.compile_time = started.elapsed();
 
-    // Compile and run what missed; prelude errors are shown at the prelude.
-    let mut prelude_errors: HashMap<usize, String> = HashMap::new();
-    if !misses.is_empty() {
-        let cell_of = |f: &Found| -> &CellBlock {
-            match &parsed[f.doc][f.segment] {
-                Segment::Cell(c) => c,
-                Segment::Prose(_) => unreachable!("found cells point at cells"),
+    let mut prelude_errors = HashMap::new();
+    let mut jobs = Vec::new();
+    for f in &misses {
+        if let Some(global) = &compiled.global {
+            outcomes.insert(f.module.clone(), failure("build", global));
+        } else if let Some(diags) = compiled.errors.get(&f.module) {
+            let (in_prelude, in_cell): (Vec<_>, Vec<_>) = diags.iter().partition(|d| d.in_prelude);
+            if !in_prelude.is_empty() {
+                let text: Vec<&str> = in_prelude.iter().map(|d| d.rendered.as_str()).collect();
+                prelude_errors.insert(f.doc, text.join("\n\n"));
             }
-        };
-        // Every runnable cell goes into the crate so its module set is stable between
-        // builds; cached compile failures stay out (they would fail again).
-        let sources: Vec<CellSource> = found
-            .iter()
-            .filter(|f| f.key.is_some())
-            .filter(|f| outcomes.get(&f.module).is_none_or(|o| o.kind != "compile"))
-            .map(|f| {
-                let c = cell_of(f);
-                CellSource {
-                    module: f.module.clone(),
-                    chapter: docs[f.doc].source.clone(),
-                    prelude: preludes[f.doc].clone(),
-                    code: c.code.clone(),
-                    code_line: c.code_line,
-                    last_line: c.last_code_line(),
-                }
-            })
-            .collect();
-        let crate_dir = cache_dir.join("crate");
-        let krate = CellCrate::write(
-            &crate_dir,
-            &cache_dir.join("target"),
-            &cell_crate_dependencies(root, config),
-            &sources,
-            Some(&root.join("Cargo.lock")),
-        )
-        .map_err(|source| Error::Crate {
-            path: crate_dir.clone(),
-            source,
-        })?;
-        let started = Instant::now();
-        let compiled = krate.compile();
-        report.compile_time = started.elapsed();
-
-        let mut jobs = Vec::new();
-        for f in &misses {
-            if let Some(global) = &compiled.global {
-                outcomes.insert(f.module.clone(), failure("build", global));
-            } else if let Some(diags) = compiled.errors.get(&f.module) {
-                let (in_prelude, in_cell): (Vec<_>, Vec<_>) =
-                    diags.iter().partition(|d| d.in_prelude);
-                if !in_prelude.is_empty() {
-                    let text: Vec<&str> = in_prelude.iter().map(|d| d.rendered.as_str()).collect();
-                    prelude_errors.insert(f.doc, text.join("\n\n"));
-                }
-                let text: Vec<&str> = if in_cell.is_empty() {
-                    vec!["this chapter's prelude did not compile (its error is shown there)"]
-                } else {
-                    in_cell.iter().map(|d| d.rendered.as_str()).collect()
-                };
-                outcomes.insert(f.module.clone(), failure("compile", &text.join("\n\n")));
+            let text: Vec<&str> = if in_cell.is_empty() {
+                vec!["this chapter's prelude did not compile (its error is shown there)"]
             } else {
-                let c = cell_of(f);
-                let secs = c.options.timeout.unwrap_or(config.timeout);
-                jobs.push(execute::Job {
-                    module: f.module.clone(),
-                    timeout: Duration::from_secs(secs),
-                });
-            }
-        }
-        if let (Some(binary), false) = (&compiled.binary, jobs.is_empty()) {
-            let started = Instant::now();
-            let results = cache_dir.join("results");
-            let ran = execute::run_all(binary, root, &results, &jobs, config.output_limit)
-                .map_err(Error::Run)?;
-            report.run_time = started.elapsed();
-            report.ran = ran.len();
-            for (module, ran) in ran {
-                let (kind, body) = match ran.end {
-                    execute::End::Value { kind, body } => (kind, body),
-                    execute::End::Panicked(msg) => ("panic".into(), krate.map_panic_location(&msg)),
-                    execute::End::TimedOut(t) => (
-                        "timeout".into(),
-                        format!("killed after {} s (the cell's timeout)", t.as_secs()),
-                    ),
-                    execute::End::Died(why) => ("died".into(), why),
-                };
-                outcomes.insert(
-                    module,
-                    Stored {
-                        stdout: ran.stdout,
-                        stderr: ran.stderr,
-                        kind,
-                        body,
-                    },
-                );
-            }
-        }
-        // Keep what is worth keeping: outputs, and the failures that are a cell's content.
-        for f in &misses {
-            let (Some(key), Some(stored)) = (&f.key, outcomes.get(&f.module)) else {
-                continue;
+                in_cell.iter().map(|d| d.rendered.as_str()).collect()
             };
-            let expected = cell_of(f).options.expect_fail;
-            let deterministic_failure =
-                matches!(stored.kind.as_str(), "compile" | "panic" | "error");
-            if (!is_failure(&stored.kind) || (expected && deterministic_failure))
-                && let Err(source) = cache.put(key, stored)
-            {
-                return Err(Error::Cache {
-                    path: cache_dir.clone(),
-                    source,
-                });
-            }
+            outcomes.insert(f.module.clone(), failure("compile", &text.join("\n\n")));
+        } else {
+            let secs = plan.cell(f).options.timeout.unwrap_or(config.timeout);
+            jobs.push(execute::Job {
+                module: f.module.clone(),
+                timeout: Duration::from_secs(secs),
+            });
         }
     }
-    let live: HashSet<String> = found.iter().filter_map(|f| f.key.clone()).collect();
-    cache.retain(&live).map_err(|source| Error::Cache {
-        path: cache_dir.clone(),
-        source,
-    })?;
+    let Some(binary) = compiled.binary.filter(|_| !jobs.is_empty()) else {
+        return Ok(prelude_errors);
+    };
+    let started = Instant::now();
+    let results = cache_dir.join("results");
+    let ran = execute::run_all(&binary, root, &results, &jobs, config.output_limit)
+        .map_err(Error::Run)?;
+    report.run_time = started.elapsed();
+    report.ran = ran.len();
+    for (module, ran) in ran {
+        let (kind, body) = match ran.end {
+            execute::End::Value { kind, body } => (kind, body),
+            execute::End::Panicked(msg) => ("panic".into(), krate.map_panic_location(&msg)),
+            execute::End::TimedOut(t) => (
+                "timeout".into(),
+                format!("killed after {} s (the cell's timeout)", t.as_secs()),
+            ),
+            execute::End::Died(why) => ("died".into(), why),
+        };
+        let stored = Stored {
+            stdout: ran.stdout,
+            stderr: ran.stderr,
+            kind,
+            body,
+        };
+        outcomes.insert(module, stored);
+    }
+    Ok(prelude_errors)
+}
 
-    // Labels first (a reference may point forward or into another chapter), then pages.
+/// Numbers every figure and table, then rewrites each chapter: prose with its references
+/// resolved, cells with their code and outcome. Every unexpected failure goes in the report.
+fn render_pages(
+    docs: &mut [Document],
+    plan: &mut Plan,
+    outcomes: &HashMap<String, Stored>,
+    prelude_errors: &HashMap<usize, String>,
+    report: &mut Report,
+) {
+    // Labels first: a reference may point forward or into another chapter.
     let mut labels = Labels::new();
     let mut label_of: HashMap<(usize, usize), Label> = HashMap::new();
-    for (d, segments) in parsed.iter().enumerate() {
+    for (d, segments) in plan.parsed.iter().enumerate() {
         let mut counts = HashMap::new();
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
@@ -322,7 +373,7 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
                 html_path: docs[d].html_path.clone(),
             };
             if labels.insert(id.clone(), label.clone()).is_some() {
-                extra_errors
+                plan.cell_errors
                     .entry((d, s))
                     .or_default()
                     .push(format!("id `{id}` is used by another cell in the book"));
@@ -330,9 +381,12 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             label_of.insert((d, s), label);
         }
     }
-    let by_position: HashMap<(usize, usize), &Found> =
-        found.iter().map(|f| ((f.doc, f.segment), f)).collect();
-    for (d, segments) in parsed.iter().enumerate() {
+    let module_at: HashMap<(usize, usize), &str> = plan
+        .cells
+        .iter()
+        .map(|f| ((f.doc, f.segment), f.module.as_str()))
+        .collect();
+    for (d, segments) in plan.parsed.iter().enumerate() {
         let doc = &docs[d];
         let mut page = String::with_capacity(doc.content.len());
         for (s, seg) in segments.iter().enumerate() {
@@ -351,8 +405,8 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
                 Segment::Cell(c) => {
                     let mut option_errors: Vec<String> =
                         c.option_errors.iter().map(|e| e.to_string()).collect();
-                    option_errors.extend(extra_errors.remove(&(d, s)).unwrap_or_default());
-                    let module = &by_position[&(d, s)].module;
+                    option_errors.extend(plan.cell_errors.remove(&(d, s)).unwrap_or_default());
+                    let module = module_at[&(d, s)];
                     let shown = if !option_errors.is_empty() {
                         failed("bad cell options", option_errors.join("\n"))
                     } else if c.options.prelude {
@@ -392,7 +446,6 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         }
         docs[d].content = page;
     }
-    Ok(report)
 }
 
 fn failed(label: &str, message: String) -> Shown<'static> {
