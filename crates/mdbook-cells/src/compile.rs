@@ -194,7 +194,7 @@ impl CellCrate {
                 if msg.is_empty() {
                     msg = stderr.trim().to_string();
                 }
-                compiled.global = Some(format!("the cell crate did not build:\n{msg}"));
+                compiled.global = Some(msg);
                 return compiled;
             }
             for (module, diags) in errors {
