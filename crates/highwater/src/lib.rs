@@ -4,6 +4,7 @@
 //! → pool (CubeCL's own `MemoryManagement`) → run (steps, seeds, the step it dies).
 
 pub mod ffn;
+pub mod forensics;
 pub mod layout;
 pub mod ledger;
 pub mod pool;
@@ -11,6 +12,7 @@ pub mod recipe;
 pub mod run;
 pub mod trace;
 
+pub use forensics::{LogForensics, parse_log};
 pub use layout::{DType, Shape};
 pub use ledger::{Graph, Ledger, LedgerRow, TensorId};
 pub use recipe::{Activation, Backend, Checkpointing, Optimizer, Recipe, RecipeError};

@@ -1,0 +1,695 @@
+//! Forensics: what a trainer log says about a run that ran out of device memory.
+//!
+//! [`parse_log`] reads a log's text (the caller opens the file and names it) into a
+//! [`LogForensics`]: how many attempts were appended to it, the step each attempt died at,
+//! the failed reserves grouped by size and by whether they came before the first step line
+//! ([`Phase::Init`]) or after it ([`Phase::Run`]), and whether the log is cut short.
+//! [`incident_table`] turns several of them into the rows the book prints, and [`compare`]
+//! sets a simulated [`RunReport`] beside one of them.
+//!
+//! # Line formats
+//!
+//! A line may carry a bracketed prefix (`[2026-09-30T10:00:00Z INFO train] `), which is
+//! skipped. Everything else is matched on the rest of the line.
+//!
+//! **Trainer lines** (the incident's trainer; the header, step and done lines are our
+//! documented convention, the death line is the seed's verbatim shape):
+//!
+//! | line | example | meaning |
+//! |---|---|---|
+//! | header | `train start: preset=situ.toml seed=1 params=9590670 checkpointing: Disabled backend=Device<Cuda(0)>` | a new attempt (logs are appended) |
+//! | step | `step 100 \| loss 3.2100 \| lr 3.0e-4 \| 412 ms/step` | the trainer finished step 100 (printed at step 0 and every 100 steps) |
+//! | eval | `eval step 500 \| window 81920 B \| loss 3.05` | not a step line; ignored |
+//! | death | `train failed: step 300: device error (loss is not a scalar)` | the attempt died at step 300 |
+//! | done | `train done: 2000 steps` | the attempt completed |
+//!
+//! **Failed reserves**, two shapes, one failure per matching line:
+//!
+//! 1. The incident's patched runtime (a vendored cubecl-cuda fork), as the seed quotes it:
+//!    a panic header `thread 'DSD-0-0' panicked at …/cubecl-cuda/src/compute/server.rs:144:35:`
+//!    followed by `failed to reserve 33554432 bytes of device memory: out of device memory
+//!    allocating 33554432 bytes`. The first number is the size the *tensor* asked for
+//!    ([`Reported::Requested`]).
+//! 2. Upstream cubecl-cuda 0.10.0 / cubecl-runtime 0.10.0 (what burn-cuda 0.21 prints):
+//!    - the failing call is `let reserved = command.reserve(size).unwrap();` in
+//!      `initialize_memory`, `cubecl-cuda-0.10.0/src/compute/server.rs:124` (the `unwrap`
+//!      starts at column 46; the same unwrap for peer transfers is at `server.rs:491`);
+//!    - the error is `IoError::BufferTooBig { size, backtrace }`, whose Display is
+//!      `#[error("can't allocate buffer of size: {size}\n{backtrace}")]`
+//!      (`cubecl-runtime-0.10.0/src/server/base.rs:693`), and whose `Debug` — what
+//!      `unwrap` prints — forwards to that Display (`base.rs:751-755`);
+//!    - `BackTrace`'s Display is `"No backtrace available"` outside cubecl's own tests
+//!      (`cubecl-common-0.10.0/src/backtrace.rs:23-29`, the `backtrace` cfg alias is
+//!      `all(test, feature = "std")` in its `build.rs`);
+//!    - the server thread is named `format!("DS{}-{}-{}", "U"|"D", type_id, index_id)`
+//!      (`cubecl-common-0.10.0/src/device/handle/channel.rs:637-645`): `DSD-0-0` is the
+//!      downstream service of device 0;
+//!    - the panic is caught on that thread and logged as `log::warn!("Task failed: {err:?}")`
+//!      (`channel.rs:466-467` and `:480-481`; `Any { .. }` is all it shows), and the process
+//!      goes on.
+//!
+//!    So with the standard panic hook the log reads
+//!    ```text
+//!    thread 'DSD-0-0' panicked at /root/.cargo/registry/src/index.crates.io-…/cubecl-cuda-0.10.0/src/compute/server.rs:124:46:
+//!    called `Result::unwrap()` on an `Err` value: can't allocate buffer of size: 268435456
+//!    No backtrace available
+//!    ```
+//!    The size is the size of the storage allocation that failed. When the pool has to grow,
+//!    that is a whole *page*: `cubecl-cuda-0.10.0/src/compute/storage/gpu.rs:181` returns
+//!    `BufferTooBig { size, .. }` for the page it asked `cuMemAlloc` for when the driver says
+//!    `CUDA_ERROR_OUT_OF_MEMORY` ([`Reported::Page`]: a 32 MiB tensor on a 16 GiB card shows
+//!    up as 268435456). The pool's own refusals carry the tensor's size instead:
+//!    `cubecl-runtime-0.10.0/src/memory_management/memory_manage.rs:500` (no pool accepts the
+//!    size) and `memory_pool/exclusive_pool.rs:160` (above the pool's largest allocation);
+//!    their text is the same, so the log alone cannot tell them apart — on a card that is
+//!    merely full it is the page.
+//!
+//! `Task failed: Any { .. }` lines and `note: run with RUST_BACKTRACE=1` lines are not counted
+//! (each failure already has its message line).
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::run::RunReport;
+
+/// Where in an attempt a failed reserve came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Before the attempt printed its first step line (model build, autotune sweeps).
+    Init,
+    /// After it.
+    Run,
+}
+
+/// What a failure's size measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reported {
+    /// The tensor's own size (the incident's patched runtime: `failed to reserve N bytes`).
+    Requested,
+    /// The page the pool asked the driver for (upstream cubecl 0.10: `can't allocate buffer
+    /// of size: N`).
+    Page,
+}
+
+/// Failed reserves of one size in one phase, over every attempt of a log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureGroup {
+    /// The size in the message.
+    pub bytes: u64,
+    /// How many lines said so.
+    pub count: u32,
+    pub phase: Phase,
+    /// For [`Phase::Run`]: the last step line printed before the group's first failure.
+    pub after_step: Option<u32>,
+    pub reported: Reported,
+}
+
+/// What one trainer log says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogForensics {
+    /// The caller's name for the log (usually its file name).
+    pub name: String,
+    /// Attempts appended to the log (header lines, plus one if lines came before any header).
+    pub attempts: u32,
+    /// The step each dying attempt died at, in log order.
+    pub died_at: Vec<u32>,
+    /// Failed reserves by (size, phase, kind), in order of first appearance.
+    pub failures: Vec<FailureGroup>,
+    /// The last step line of the log.
+    pub last_step: Option<u32>,
+    /// The log is cut short: it starts without a header, or its last attempt neither died
+    /// nor completed.
+    pub truncated: bool,
+    /// Lines came before the first header: the log's head is missing.
+    pub missing_header: bool,
+    /// The last attempt printed its done line.
+    pub completed: bool,
+}
+
+/// One recognised line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// `train start: …`
+    Header,
+    /// `step N | …`
+    Step(u32),
+    /// `train failed: step N: …` (the step, if it names one).
+    Death(Option<u32>),
+    /// `train done: …`
+    Done,
+    /// A failed reserve of `bytes`.
+    Failure { bytes: u64, reported: Reported },
+    /// Anything else.
+    Other,
+}
+
+const HEADER: &str = "train start:";
+const DONE: &str = "train done:";
+const DEATH: &str = "train failed:";
+/// The incident's patched runtime (seed 000 §1).
+const PATCHED: &str = "failed to reserve ";
+/// `IoError::BufferTooBig`'s Display, cubecl-runtime-0.10.0/src/server/base.rs:693.
+const BUFFER_TOO_BIG: &str = "can't allocate buffer of size: ";
+
+/// Classifies one line of a trainer log.
+pub fn classify(line: &str) -> Line {
+    let line = strip_prefix(line.trim());
+    if line.starts_with(HEADER) {
+        return Line::Header;
+    }
+    if line.starts_with(DONE) {
+        return Line::Done;
+    }
+    if let Some(rest) = line.strip_prefix(DEATH) {
+        let step = rest
+            .trim_start()
+            .strip_prefix("step ")
+            .and_then(leading_u64);
+        return Line::Death(step.and_then(|s| u32::try_from(s).ok()));
+    }
+    if let Some(rest) = line.strip_prefix("step ")
+        && let Some(n) = leading_u64(rest)
+        && let Ok(n) = u32::try_from(n)
+    {
+        let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+        if after.is_empty() || after.starts_with([' ', '|', '\t', '/']) {
+            return Line::Step(n);
+        }
+    }
+    if let Some(at) = line.find(PATCHED)
+        && let Some(bytes) = leading_u64(&line[at + PATCHED.len()..])
+    {
+        return Line::Failure {
+            bytes,
+            reported: Reported::Requested,
+        };
+    }
+    if let Some(at) = line.find(BUFFER_TOO_BIG)
+        && let Some(bytes) = leading_u64(&line[at + BUFFER_TOO_BIG.len()..])
+    {
+        return Line::Failure {
+            bytes,
+            reported: Reported::Page,
+        };
+    }
+    Line::Other
+}
+
+/// Drops a leading `[…] ` (timestamp / level / target) if there is one.
+fn strip_prefix(line: &str) -> &str {
+    if line.starts_with('[')
+        && let Some(end) = line.find("] ")
+    {
+        return line[end + 2..].trim_start();
+    }
+    line
+}
+
+/// The decimal number at the start of `s`, if any.
+fn leading_u64(s: &str) -> Option<u64> {
+    let digits = s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    s[..digits].parse().ok()
+}
+
+/// Reads a trainer log. `name` is how tables and errors refer to it.
+pub fn parse_log(name: &str, text: &str) -> LogForensics {
+    let mut f = LogForensics {
+        name: name.to_string(),
+        attempts: 0,
+        died_at: vec![],
+        failures: vec![],
+        last_step: None,
+        truncated: false,
+        missing_header: false,
+        completed: false,
+    };
+    // Per attempt: its last step line, and whether it ended (died or completed).
+    let mut step: Option<u32> = None;
+    let mut ended = false;
+    for raw in text.lines() {
+        let line = classify(raw);
+        if line == Line::Other {
+            continue;
+        }
+        if line == Line::Header {
+            f.attempts += 1;
+            step = None;
+            ended = false;
+            f.completed = false;
+            continue;
+        }
+        if f.attempts == 0 {
+            f.attempts = 1;
+            f.missing_header = true;
+        }
+        match line {
+            Line::Step(n) => {
+                step = Some(n);
+                f.last_step = Some(n);
+            }
+            Line::Death(n) => {
+                if let Some(n) = n.or(step) {
+                    f.died_at.push(n);
+                }
+                ended = true;
+            }
+            Line::Done => {
+                ended = true;
+                f.completed = true;
+            }
+            Line::Failure { bytes, reported } => {
+                let phase = if step.is_some() {
+                    Phase::Run
+                } else {
+                    Phase::Init
+                };
+                match f
+                    .failures
+                    .iter_mut()
+                    .find(|g| g.bytes == bytes && g.phase == phase && g.reported == reported)
+                {
+                    Some(g) => g.count += 1,
+                    None => f.failures.push(FailureGroup {
+                        bytes,
+                        count: 1,
+                        phase,
+                        after_step: step,
+                        reported,
+                    }),
+                }
+            }
+            Line::Header | Line::Other => {}
+        }
+    }
+    f.truncated = f.missing_header || (f.attempts > 0 && !ended);
+    f
+}
+
+impl LogForensics {
+    /// Failed reserves in `phase`, over all sizes.
+    pub fn failure_count(&self, phase: Phase) -> u32 {
+        self.failures
+            .iter()
+            .filter(|g| g.phase == phase)
+            .map(|g| g.count)
+            .sum()
+    }
+
+    /// The earliest `after_step` of any [`Phase::Run`] failure: the failures began after it.
+    pub fn first_run_failure_after(&self) -> Option<u32> {
+        self.failures
+            .iter()
+            .filter(|g| g.phase == Phase::Run)
+            .filter_map(|g| g.after_step)
+            .min()
+    }
+}
+
+/// Bytes in the largest binary unit that divides them exactly (`32 MiB`, `1 GiB`, `81920 B`
+/// stays `80 KiB`); sizes in logs are exact, so no rounding.
+pub fn exact_bytes(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (unit, name) in UNITS {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
+            return format!("{} {name}", bytes / unit);
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// One row of the incident table, as text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IncidentRow {
+    pub log: String,
+    /// `2 (appended)`, `≥1 (truncated)`, `1`.
+    pub attempts: String,
+    /// `step 400, then step 300`, `survived`, `unknown`.
+    pub died_at: String,
+    /// `1 GiB ×7, 32 MiB ×104`; page-reported sizes say `(page)`.
+    pub failures: String,
+    /// `1 GiB before step 0; 32 MiB after step 100`.
+    pub placement: String,
+}
+
+impl IncidentRow {
+    /// The row of one log.
+    pub fn of(log: &LogForensics) -> Self {
+        let attempts = match (log.missing_header, log.attempts) {
+            (true, n) => format!("≥{n} (truncated)"),
+            (false, n) if n > 1 => format!("{n} (appended)"),
+            (false, n) if log.truncated => format!("{n} (truncated)"),
+            (false, n) => n.to_string(),
+        };
+        let died_at = if !log.died_at.is_empty() {
+            log.died_at
+                .iter()
+                .map(|s| format!("step {s}"))
+                .collect::<Vec<_>>()
+                .join(", then ")
+        } else if log.completed {
+            "survived".to_string()
+        } else if log.truncated {
+            match log.last_step {
+                Some(s) => format!("unknown (after step {s})"),
+                None => "unknown (before step 0)".to_string(),
+            }
+        } else {
+            "—".to_string()
+        };
+        let size = |g: &FailureGroup| match g.reported {
+            Reported::Requested => exact_bytes(g.bytes),
+            Reported::Page => format!("{} (page)", exact_bytes(g.bytes)),
+        };
+        let failures = if log.failures.is_empty() {
+            "none".to_string()
+        } else {
+            log.failures
+                .iter()
+                .map(|g| format!("{} ×{}", size(g), g.count))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        // Sizes per place, places in order of first appearance.
+        let mut places: Vec<(String, Vec<String>)> = vec![];
+        for g in &log.failures {
+            let place = match (g.phase, g.after_step) {
+                (Phase::Init, _) => "before step 0".to_string(),
+                (Phase::Run, Some(s)) => format!("after step {s}"),
+                (Phase::Run, None) => "during the run".to_string(),
+            };
+            let s = exact_bytes(g.bytes);
+            match places.iter_mut().find(|(p, _)| *p == place) {
+                Some((_, sizes)) if !sizes.contains(&s) => sizes.push(s),
+                Some(_) => {}
+                None => places.push((place, vec![s])),
+            }
+        }
+        let placement = if places.is_empty() {
+            "—".to_string()
+        } else {
+            places
+                .iter()
+                .map(|(p, sizes)| format!("{} {p}", sizes.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        IncidentRow {
+            log: log.name.clone(),
+            attempts,
+            died_at,
+            failures,
+            placement,
+        }
+    }
+}
+
+/// The incident table: one row per log, in the given order.
+pub fn incident_table(logs: &[LogForensics]) -> Vec<IncidentRow> {
+    logs.iter().map(IncidentRow::of).collect()
+}
+
+/// The incident table as a markdown table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncidentTable(pub Vec<IncidentRow>);
+
+impl IncidentTable {
+    /// The table of `logs`.
+    pub fn new(logs: &[LogForensics]) -> Self {
+        IncidentTable(incident_table(logs))
+    }
+}
+
+impl fmt::Display for IncidentTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "| log | attempts | died at | reserve failures | where |")?;
+        write!(f, "|---|---|---|---|---|")?;
+        for r in &self.0 {
+            write!(
+                f,
+                "\n| {} | {} | {} | {} | {} |",
+                r.log, r.attempts, r.died_at, r.failures, r.placement
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A simulated run beside a log of the same arm and seed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Comparison {
+    pub log: String,
+    pub seed: u64,
+    pub sim_died_at: Option<u64>,
+    pub log_died_at: Vec<u32>,
+    /// The simulation died at a step one of the log's attempts died at, or both survived.
+    pub death_matches: bool,
+    /// First simulated step with a failed reserve.
+    pub sim_first_failure: Option<u64>,
+    /// The log's run-phase failures began after this step line.
+    pub log_failures_after: Option<u32>,
+    /// The simulation's first failure comes after that step line and no later than its
+    /// own death (true when neither has run-phase failures).
+    pub first_failure_consistent: bool,
+    /// What the sizes are compared as: the log's kind ([`Reported::Requested`] when the log
+    /// has no run-phase failures).
+    pub sizes_as: Reported,
+    /// Distinct simulated failure sizes, ascending, in the log's terms (tensor or page).
+    pub sim_sizes: Vec<u64>,
+    /// Distinct run-phase failure sizes of the log, ascending.
+    pub log_sizes: Vec<u64>,
+    /// Every size the log shows in its run phase is one the simulation fails on.
+    pub sizes_match: bool,
+}
+
+/// Sets `report` beside `log`: the death step, the first failure, the failure sizes. The
+/// log's init-phase failures (the runtime's benign probes) are not simulated and not compared.
+pub fn compare(report: &RunReport, log: &LogForensics) -> Comparison {
+    let run: Vec<&FailureGroup> = log
+        .failures
+        .iter()
+        .filter(|g| g.phase == Phase::Run)
+        .collect();
+    let sizes_as = run.first().map_or(Reported::Requested, |g| g.reported);
+    let mut sim_sizes: Vec<u64> = report
+        .failures
+        .iter()
+        .map(|f| match sizes_as {
+            Reported::Requested => f.requested,
+            Reported::Page => f.page,
+        })
+        .collect();
+    sim_sizes.sort_unstable();
+    sim_sizes.dedup();
+    let mut log_sizes: Vec<u64> = run.iter().map(|g| g.bytes).collect();
+    log_sizes.sort_unstable();
+    log_sizes.dedup();
+    let death_matches = match report.died_at {
+        Some(d) => log.died_at.iter().any(|&s| u64::from(s) == d),
+        None => log.died_at.is_empty() && log.completed,
+    };
+    let sim_first_failure = report.first_failure();
+    let log_failures_after = log.first_run_failure_after();
+    let first_failure_consistent = match (sim_first_failure, log_failures_after) {
+        (Some(s), Some(a)) => s > u64::from(a) && report.died_at.is_none_or(|d| s <= d),
+        (None, None) => true,
+        _ => false,
+    };
+    let sizes_match = !log_sizes.is_empty()
+        && log_sizes.iter().all(|s| sim_sizes.binary_search(s).is_ok())
+        || log_sizes.is_empty() && sim_sizes.is_empty();
+    Comparison {
+        log: log.name.clone(),
+        seed: report.seed,
+        sim_died_at: report.died_at,
+        log_died_at: log.died_at.clone(),
+        death_matches,
+        sim_first_failure,
+        log_failures_after,
+        first_failure_consistent,
+        sizes_as,
+        sim_sizes,
+        log_sizes,
+        sizes_match,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB32: u64 = 33_554_432;
+
+    #[test]
+    fn classifies_the_seed_lines() {
+        assert_eq!(
+            classify(
+                "failed to reserve 33554432 bytes of device memory: out of device memory \
+                 allocating 33554432 bytes"
+            ),
+            Line::Failure {
+                bytes: MIB32,
+                reported: Reported::Requested
+            }
+        );
+        assert_eq!(
+            classify("train failed: step 300: device error (loss is not a scalar)"),
+            Line::Death(Some(300))
+        );
+        assert_eq!(
+            classify(
+                "thread 'DSD-0-0' panicked at vendor/cubecl-fix/cubecl-cuda/src/compute/server.rs:144:35:"
+            ),
+            Line::Other
+        );
+    }
+
+    #[test]
+    fn classifies_upstream_cubecl() {
+        assert_eq!(
+            classify(
+                "called `Result::unwrap()` on an `Err` value: can't allocate buffer of size: \
+                 268435456"
+            ),
+            Line::Failure {
+                bytes: 268_435_456,
+                reported: Reported::Page
+            }
+        );
+        // The caught panic's log line carries no size and is not a second failure.
+        assert_eq!(
+            classify(
+                "[2026-09-30T10:00:00Z WARN  cubecl_common::device::handle::channel] Task failed: Any { .. }"
+            ),
+            Line::Other
+        );
+    }
+
+    #[test]
+    fn step_lines_and_their_lookalikes() {
+        assert_eq!(
+            classify("step 100 | loss 3.21 | lr 3.0e-4"),
+            Line::Step(100)
+        );
+        assert_eq!(
+            classify("[12:00:01 INFO train] step 0 | loss 9.8"),
+            Line::Step(0)
+        );
+        assert_eq!(classify("step 7"), Line::Step(7));
+        assert_eq!(classify("eval step 500 | window 81920 B"), Line::Other);
+        assert_eq!(classify("steps 100"), Line::Other);
+        assert_eq!(classify("step 12abc"), Line::Other);
+        assert_eq!(classify("train start: preset=x.toml"), Line::Header);
+        assert_eq!(classify("train done: 2000 steps"), Line::Done);
+    }
+
+    #[test]
+    fn phases_reset_with_each_attempt() {
+        let log = "train start: a\n\
+                   failed to reserve 1073741824 bytes of device memory\n\
+                   step 0 | loss 9\n\
+                   step 100 | loss 8\n\
+                   failed to reserve 33554432 bytes of device memory\n\
+                   train failed: step 200: device error (loss is not a scalar)\n\
+                   train start: b\n\
+                   failed to reserve 1073741824 bytes of device memory\n\
+                   step 0 | loss 9\n\
+                   failed to reserve 33554432 bytes of device memory\n\
+                   train failed: step 100: device error (loss is not a scalar)\n";
+        let f = parse_log("x.log", log);
+        assert_eq!(f.attempts, 2);
+        assert_eq!(f.died_at, vec![200, 100]);
+        assert!(!f.truncated);
+        assert_eq!(f.failure_count(Phase::Init), 2);
+        assert_eq!(f.failure_count(Phase::Run), 2);
+        // The group keeps the step line before its first failure.
+        let run = f.failures.iter().find(|g| g.phase == Phase::Run).unwrap();
+        assert_eq!(run.after_step, Some(100));
+        assert_eq!(f.first_run_failure_after(), Some(100));
+    }
+
+    #[test]
+    fn headless_and_unfinished_logs_are_truncated() {
+        let f = parse_log("cut.log", "failed to reserve 1073741824 bytes\n");
+        assert!(f.truncated && f.missing_header);
+        assert_eq!(f.attempts, 1);
+        let f = parse_log("cut.log", "train start: x\nstep 0 | loss 1\n");
+        assert!(f.truncated && !f.missing_header);
+        let f = parse_log(
+            "ok.log",
+            "train start: x\nstep 0 | loss 1\ntrain done: 1 steps\n",
+        );
+        assert!(!f.truncated && f.completed);
+        let f = parse_log("empty.log", "");
+        assert_eq!((f.attempts, f.truncated), (0, false));
+    }
+
+    #[test]
+    fn exact_sizes() {
+        assert_eq!(exact_bytes(1 << 30), "1 GiB");
+        assert_eq!(exact_bytes(MIB32), "32 MiB");
+        assert_eq!(exact_bytes(81_920), "80 KiB");
+        assert_eq!(exact_bytes(1000), "1000 B");
+        assert_eq!(exact_bytes(0), "0 B");
+    }
+
+    #[test]
+    fn rows_say_it_in_words() {
+        let log = "train start: a\n\
+                   failed to reserve 1073741824 bytes\n\
+                   step 0 | loss 9\n\
+                   step 100 | loss 8\n\
+                   can't allocate buffer of size: 268435456\n\
+                   train failed: step 200: device error (loss is not a scalar)\n";
+        let row = IncidentRow::of(&parse_log("a.log", log));
+        assert_eq!(row.attempts, "1");
+        assert_eq!(row.died_at, "step 200");
+        assert_eq!(row.failures, "1 GiB ×1, 256 MiB (page) ×1");
+        assert_eq!(row.placement, "1 GiB before step 0; 256 MiB after step 100");
+    }
+
+    #[test]
+    fn compare_reads_sizes_in_the_logs_terms() {
+        use crate::run::Failure;
+        use crate::trace::Phase as TracePhase;
+        let log = parse_log(
+            "s3.log",
+            "train start: a\nstep 0 | x\nstep 100 | x\n\
+             failed to reserve 33554432 bytes\n\
+             train failed: step 200: device error (loss is not a scalar)\n",
+        );
+        let report = RunReport {
+            recipe: "situ.toml".into(),
+            seed: 3,
+            steps: 2000,
+            died_at: Some(200),
+            peak_in_use: vec![],
+            reserved: vec![],
+            pages: vec![],
+            failures: vec![Failure {
+                step: 170,
+                requested: MIB32,
+                page: 268_435_456,
+                phase: TracePhase::Forward,
+            }],
+            capacity: 0,
+            replayed_steps: 0,
+            late_steps: 0,
+        };
+        let c = compare(&report, &log);
+        assert!(
+            c.death_matches && c.first_failure_consistent && c.sizes_match,
+            "{c:?}"
+        );
+        assert_eq!(c.sim_sizes, vec![MIB32]);
+        let paged = parse_log(
+            "up.log",
+            "train start: a\nstep 0 | x\ncan't allocate buffer of size: 268435456\n",
+        );
+        let c = compare(&report, &paged);
+        assert_eq!(c.sizes_as, Reported::Page);
+        assert!(c.sizes_match && !c.death_matches);
+    }
+}
