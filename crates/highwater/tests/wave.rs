@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use highwater::{Recipe, RecipeError, RunReport, simulate};
 
+mod retention;
+
 fn recipes_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/recipes")
 }
