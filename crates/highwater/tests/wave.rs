@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use highwater::{Recipe, RecipeError, RunReport, simulate};
 
+mod forensics;
 mod retention;
 
 fn recipes_dir() -> PathBuf {

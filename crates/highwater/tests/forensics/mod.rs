@@ -1,0 +1,156 @@
+//! Forensics over the fixture logs: each synthetic log reads back as the incident data
+//! (`repro/incident/*.toml`) says its real counterpart did.
+
+use std::path::{Path, PathBuf};
+
+use highwater::forensics::{self, FailureGroup, IncidentTable, Phase, Reported};
+use highwater::{LogForensics, parse_log};
+
+fn logs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs")
+}
+
+fn log(name: &str) -> LogForensics {
+    let text = std::fs::read_to_string(logs_dir().join(name)).expect("fixture log");
+    parse_log(name, &text)
+}
+
+fn incident(name: &str) -> toml::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../repro/incident")
+        .join(name.replace(".log", ".toml"));
+    toml::from_str(&std::fs::read_to_string(path).expect("incident file")).expect("incident TOML")
+}
+
+/// The log reads back as the incident file records it (sizes the file leaves out are not
+/// compared; counts per phase always are).
+fn agrees_with_incident(name: &str) {
+    let f = log(name);
+    let want = incident(name);
+    let int = |k: &str| want[k].as_integer().unwrap();
+    assert_eq!(i64::from(f.attempts), int("attempts"), "{name}: attempts");
+    let died: Vec<i64> = want["died_at"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_integer().unwrap())
+        .collect();
+    assert_eq!(
+        f.died_at.iter().map(|&s| i64::from(s)).collect::<Vec<_>>(),
+        died,
+        "{name}: died_at"
+    );
+    assert_eq!(f.truncated, want["truncated"].as_bool().unwrap(), "{name}");
+    assert_eq!(f.completed, want["completed"].as_bool().unwrap(), "{name}");
+    for g in want["failures"].as_array().unwrap() {
+        let phase = match g["phase"].as_str().unwrap() {
+            "init" => Phase::Init,
+            _ => Phase::Run,
+        };
+        let count = g["count"].as_integer().unwrap();
+        match g.get("bytes").and_then(|b| b.as_integer()) {
+            Some(bytes) => {
+                let got: &FailureGroup = f
+                    .failures
+                    .iter()
+                    .find(|h| h.bytes as i64 == bytes && h.phase == phase)
+                    .unwrap_or_else(|| panic!("{name}: no group of {bytes} B in {phase:?}"));
+                assert_eq!(i64::from(got.count), count, "{name}: {bytes} B");
+                let after = g.get("after_step").and_then(|s| s.as_integer());
+                assert_eq!(got.after_step.map(i64::from), after, "{name}: {bytes} B");
+            }
+            None => assert_eq!(i64::from(f.failure_count(phase)), count, "{name}"),
+        }
+    }
+}
+
+#[test]
+fn appended_log_has_two_attempts_and_two_deaths() {
+    agrees_with_incident("ab2000_situ_s1.log");
+    let f = log("ab2000_situ_s1.log");
+    assert_eq!(f.died_at, vec![400, 300]);
+    assert_eq!(f.last_step, Some(200));
+}
+
+#[test]
+fn truncated_log_is_marked_and_keeps_its_init_failures() {
+    agrees_with_incident("ab2000_situ_s2.log");
+    let f = log("ab2000_situ_s2.log");
+    assert!(f.missing_header && f.truncated);
+    assert_eq!(f.last_step, None);
+    assert_eq!(f.failure_count(Phase::Run), 0);
+}
+
+#[test]
+fn single_attempt_death() {
+    agrees_with_incident("ab2000_situ_s3.log");
+}
+
+#[test]
+fn control_arm_fails_only_at_init_and_completes() {
+    agrees_with_incident("ab2000_moe_s1.log");
+    let f = log("ab2000_moe_s1.log");
+    assert_eq!(f.last_step, Some(2000));
+    assert!(f.failures.iter().all(|g| g.phase == Phase::Init));
+}
+
+#[test]
+fn upstream_cubecl_message_reports_pages() {
+    let f = log("upstream_cubecl_0_10.log");
+    assert_eq!((f.attempts, f.died_at.as_slice()), (1, &[300][..]));
+    assert_eq!(
+        f.failures,
+        vec![
+            FailureGroup {
+                bytes: 1 << 30,
+                count: 1,
+                phase: Phase::Init,
+                after_step: None,
+                reported: Reported::Page,
+            },
+            FailureGroup {
+                bytes: 268_435_456,
+                count: 3,
+                phase: Phase::Run,
+                after_step: Some(200),
+                reported: Reported::Page,
+            },
+        ]
+    );
+}
+
+#[test]
+fn incident_table_of_the_wave() {
+    let names = [
+        "ab2000_situ_s1.log",
+        "ab2000_situ_s2.log",
+        "ab2000_situ_s3.log",
+        "ab2000_moe_s1.log",
+    ];
+    let logs: Vec<LogForensics> = names.iter().map(|n| log(n)).collect();
+    let rows = forensics::incident_table(&logs);
+    assert_eq!(rows[0].attempts, "2 (appended)");
+    assert_eq!(rows[0].died_at, "step 400, then step 300");
+    assert_eq!(rows[0].failures, "1 GiB ×7, 32 MiB ×104, 64 MiB ×49");
+    assert_eq!(
+        rows[0].placement,
+        "1 GiB before step 0; 32 MiB, 64 MiB after step 200"
+    );
+    assert_eq!(rows[1].attempts, "≥1 (truncated)");
+    assert_eq!(rows[1].died_at, "unknown (before step 0)");
+    assert_eq!(
+        rows[2].placement,
+        "1 GiB before step 0; 32 MiB after step 100"
+    );
+    assert_eq!(rows[3].died_at, "survived");
+    let md = IncidentTable::new(&logs).to_string();
+    assert_eq!(md.lines().count(), 2 + names.len());
+}
+
+#[test]
+fn forensics_is_serializable() {
+    let json = serde_json::to_value(log("ab2000_situ_s3.log")).unwrap();
+    assert_eq!(json["died_at"][0], 200);
+    assert_eq!(json["failures"][1]["phase"], "run");
+    assert_eq!(json["failures"][1]["after_step"], 100);
+}
