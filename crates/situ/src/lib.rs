@@ -1,0 +1,47 @@
+//! The SiTU GLU on burn 0.21: the activation the simulator (`highwater`) models, run for real.
+//!
+//! SiTU takes the doubled `gate_up` projection `mid = [N, 2f]`, splits it into a gate half `g`
+//! and an up half `u`, soft-caps each as `c·tanh(z/c)` and returns `sigmoid(g')·g'·u'`, an
+//! `[N, f]` tensor. It comes in two paths that compute the same function:
+//!
+//! * [`situ_glu_tensor`], the **tensor path**: eleven burn tensor ops, exactly the op list
+//!   `highwater::ffn` puts in its ledger (two slices, `div_scalar`/`tanh`/`mul_scalar` per
+//!   branch, `sigmoid`, two `mul`s). Under `NoCheckpointing` autodiff keeps most of their
+//!   outputs alive until backward: that is the seed's out-of-memory.
+//! * [`situ_glu_fused`], the **fused path**: one forward kernel writing only the `[N, f]`
+//!   output, one backward kernel writing `d(mid)` from the saved `mid` and the output gradient,
+//!   registered as one custom autodiff op ([`SituBackend`]). On CUDA both are CubeCL kernels
+//!   (feature `cuda`, module `cube`); on burn-ndarray a host implementation of the same math
+//!   (module [`reference`]) stands in, so the autodiff wiring is tested on every machine.
+//!
+//! [`silu_control`] is the control arm; [`ExpertStack`] is the wave's expert FFN stack
+//! (`n_experts` FFNs, looped `max_iter` times) built from the same [`highwater::Recipe`] the
+//! simulator reads; [`counters`] says which path ran, as one log field
+//! (`situ=tensor:E/F/B,fused:E/F/B`).
+
+pub mod counters;
+mod expert;
+mod fused;
+pub mod reference;
+mod tensor_path;
+
+#[cfg(feature = "cuda")]
+pub mod cube;
+#[cfg(feature = "cuda")]
+pub mod gpu;
+#[cfg(feature = "cuda")]
+pub mod provenance;
+
+pub use counters::{PathCounts, SituCounts, situ_field};
+pub use expert::{Expert, ExpertStack, activation};
+pub use fused::{SituBackend, situ_glu_fused};
+pub use tensor_path::{TENSOR_PATH_OPS, silu_control, situ_glu_tensor};
+
+/// The soft-cap constant `c` in `c·tanh(z/c)`, for both branches.
+///
+/// Chosen as 8: an activation of a few units passes almost unchanged (`8·tanh(1/8)` is 0.995),
+/// while outliers are bounded by ±8, so the gated product `sigmoid(g')·g'·u'` stays within
+/// ±64 whatever the projection emits. The memory story does not depend on it; the gate tests
+/// inputs spread across `[-3c, 3c]` so both the linear and the saturated parts of `tanh` are
+/// exercised.
+pub const SOFT_CAP: f32 = 8.0;

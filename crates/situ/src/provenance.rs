@@ -1,0 +1,104 @@
+//! Where a recorded GPU result came from: the command, the GPU, the driver, the versions, the
+//! source revision and the date. The gate and the bench put this first in their JSON.
+
+use serde::Serialize;
+
+/// Provenance header of a recorded result. `command` is the first field of every result file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Provenance {
+    /// The exact command line that produced the file (argv, space-joined).
+    pub command: String,
+    pub gpu: String,
+    pub driver: String,
+    pub cuda: String,
+    pub gpu_memory: String,
+    pub versions: Versions,
+    /// `git rev-parse HEAD` of the tree the binary was built from (baked in at build time from
+    /// `SITU_GIT_REV`), `-dirty` when `crates/situ` had uncommitted changes.
+    pub git_revision: String,
+    /// UTC, RFC 3339.
+    pub date: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Versions {
+    pub situ: String,
+    pub burn: String,
+    pub cubecl: String,
+    pub rustc: String,
+    pub build: String,
+}
+
+impl Provenance {
+    /// Reads the GPU through `nvidia-smi` (present wherever the driver is).
+    pub fn collect() -> Provenance {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let query = smi(&["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]);
+        let mut parts = query.split(',').map(|s| s.trim().to_string());
+        let gpu = parts.next().unwrap_or_default();
+        let driver = parts.next().unwrap_or_default();
+        let gpu_memory = parts.next().unwrap_or_default();
+        let cuda = smi(&[])
+            .split("CUDA Version:")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or("unknown")
+            .to_string();
+        Provenance {
+            command,
+            gpu: or_unknown(gpu),
+            driver: or_unknown(driver),
+            cuda,
+            gpu_memory: or_unknown(gpu_memory),
+            versions: Versions {
+                situ: env!("CARGO_PKG_VERSION").into(),
+                burn: "0.21.0".into(),
+                cubecl: "0.10.0".into(),
+                rustc: option_env!("SITU_RUSTC").unwrap_or("unknown").into(),
+                build: "cargo build --release --locked -p situ --features cuda".into(),
+            },
+            git_revision: option_env!("SITU_GIT_REV").unwrap_or("unknown").into(),
+            date: utc_now(),
+        }
+    }
+}
+
+fn or_unknown(s: String) -> String {
+    if s.is_empty() { "unknown".into() } else { s }
+}
+
+fn smi(args: &[&str]) -> String {
+    std::process::Command::new("nvidia-smi")
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().next().filter(|_| !args.is_empty()).map_or_else(
+            || String::from_utf8_lossy(&o.stdout).into_owned(),
+            str::to_string,
+        ))
+        .unwrap_or_default()
+}
+
+/// Now, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
