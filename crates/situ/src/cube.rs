@@ -50,9 +50,10 @@ fn situ_forward_kernel<F: Float, N: Size>(
     let u = mid[gi + fv];
     let c = Vector::<F, N>::new(F::cast_from(cap));
     let one = Vector::<F, N>::new(F::new(1.0));
+    let zero = Vector::<F, N>::new(F::new(0.0));
     let gc = Vector::tanh(g / c) * c;
     let uc = Vector::tanh(u / c) * c;
-    let s = one / (one + Vector::exp(-gc));
+    let s = one / (one + Vector::exp(zero - gc));
     out[row * out_rs + col] = s * gc * uc;
 }
 
@@ -81,11 +82,12 @@ fn situ_backward_kernel<F: Float, N: Size>(
     let d = dh[row * dh_rs + col];
     let c = Vector::<F, N>::new(F::cast_from(cap));
     let one = Vector::<F, N>::new(F::new(1.0));
+    let zero = Vector::<F, N>::new(F::new(0.0));
     let tg = Vector::tanh(g / c);
     let tu = Vector::tanh(u / c);
     let gc = tg * c;
     let uc = tu * c;
-    let s = one / (one + Vector::exp(-gc));
+    let s = one / (one + Vector::exp(zero - gc));
     let oi = row * dmid_rs + col;
     dmid[oi] = d * uc * s * (one + gc * (one - s)) * (one - tg * tg);
     dmid[oi + fv] = d * s * gc * (one - tu * tu);
