@@ -1,0 +1,279 @@
+//! The three commands: files in, library calls, text out.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow};
+use highwater::forensics::{IncidentTable, LogForensics, parse_log};
+use highwater::{Failure, Recipe, RunReport, Sink, StepRecord, simulate_with};
+use highwater_plot::{HighWaterChart, Series, format_bytes};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::args::{Cli, Command, ForensicsArgs, LedgerArgs, SimulateArgs};
+use crate::table::{Align, render};
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Simulate(a) => simulate(a),
+        Command::Ledger(a) => ledger(a),
+        Command::Forensics(a) => forensics(a),
+    }
+}
+
+/// Reads and validates a recipe; errors name the file, line, field and reason, and quote
+/// the line.
+fn load_recipe(path: &Path) -> Result<Recipe> {
+    let origin = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read recipe {origin}"))?;
+    Recipe::parse(&origin, &text).map_err(|e| {
+        let quoted = text
+            .lines()
+            .nth(e.line().saturating_sub(1))
+            .map(|l| format!(" (line {}: `{}`)", e.line(), l.trim()))
+            .unwrap_or_default();
+        anyhow!(e).context(format!("invalid recipe {origin}{quoted}"))
+    })
+}
+
+/// The value's serde name (`situ-tensor`, `none`, `cube`).
+fn name_of<T: Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn describe(r: &Recipe) -> String {
+    format!(
+        "{}: {}, checkpointing {}, backend {}, batch {} × seq {}; card {}, pool capacity {}",
+        r.origin,
+        name_of(r.activation),
+        name_of(r.checkpointing),
+        name_of(r.backend),
+        r.batch,
+        r.seq_len,
+        size(r.card.total_bytes),
+        size(r.card.pool_capacity()),
+    )
+}
+
+/// Bytes for the summary: GiB with two decimals (pools sit within a few MiB of a card's
+/// edge, so `14 GiB` would hide what matters), smaller sizes in the house style.
+fn size(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    if bytes >= GIB {
+        format!("{:.2} GiB", bytes as f64 / GIB as f64)
+    } else {
+        format_bytes(bytes)
+    }
+}
+
+/// Advances a progress bar as the run goes.
+struct Progress<'a> {
+    bar: &'a ProgressBar,
+    steps: u64,
+}
+
+impl Sink for Progress<'_> {
+    fn step(&mut self, _record: &StepRecord) {
+        self.bar.inc(1);
+    }
+    fn died(&mut self, step: u64) {
+        self.bar.inc(self.steps - step);
+    }
+}
+
+/// One line of `simulate --json`: the CLI's contract, kept apart from the library's type.
+#[derive(Serialize)]
+struct RunLine<'a> {
+    recipe: &'a str,
+    seed: u64,
+    steps: u64,
+    died_at: Option<u64>,
+    capacity: u64,
+    peak_in_use: &'a [u64],
+    reserved: &'a [u64],
+    pages: &'a [u32],
+    failures: &'a [Failure],
+}
+
+fn simulate(a: SimulateArgs) -> Result<()> {
+    let recipe = load_recipe(&a.recipe)?;
+    let steps = a.steps.unwrap_or(recipe.steps);
+    let seeds = match (a.seeds, a.seed) {
+        (Some(s), _) => s.0,
+        (None, Some(s)) => vec![s],
+        (None, None) => recipe.seeds.clone(),
+    };
+    let total = steps.saturating_mul(seeds.len() as u64);
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(total).with_style(
+            ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} steps ({eta})")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut out = std::io::stdout().lock();
+    let mut reports = Vec::with_capacity(seeds.len());
+    for &seed in &seeds {
+        bar.set_message(format!("seed {seed}"));
+        let report = simulate_with(&recipe, seed, steps, &mut Progress { bar: &bar, steps });
+        if a.json {
+            let line = RunLine {
+                recipe: &report.recipe,
+                seed: report.seed,
+                steps: report.steps,
+                died_at: report.died_at,
+                capacity: report.capacity,
+                peak_in_use: &report.peak_in_use,
+                reserved: &report.reserved,
+                pages: &report.pages,
+                failures: &report.failures,
+            };
+            serde_json::to_writer(&mut out, &line).context("cannot write JSON")?;
+            writeln!(out).context("cannot write to stdout")?;
+        }
+        reports.push(report);
+    }
+    bar.finish_and_clear();
+    if !a.json {
+        writeln!(out, "{}", describe(&recipe))?;
+        writeln!(out, "{steps} steps per seed\n")?;
+        writeln!(out, "{}", summary(&reports))?;
+    }
+    out.flush().context("cannot write to stdout")?;
+    if let Some(path) = a.svg {
+        let svg = chart(&recipe, &reports).to_svg();
+        std::fs::write(&path, svg)
+            .with_context(|| format!("cannot write the figure to {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Per seed: outcome, high-water, reserved at the end, failures by size.
+fn summary(reports: &[RunReport]) -> String {
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            let outcome = match r.died_at {
+                Some(s) => format!("died at step {s}"),
+                None => format!("survived {} steps", r.steps),
+            };
+            // (requested, page) → count, smallest first.
+            let mut sizes: BTreeMap<(u64, u64), u32> = BTreeMap::new();
+            for f in &r.failures {
+                *sizes.entry((f.requested, f.page)).or_default() += 1;
+            }
+            let sizes = sizes
+                .iter()
+                .map(|((req, page), n)| {
+                    format!("{} ×{n} (page {})", format_bytes(*req), format_bytes(*page))
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            vec![
+                r.seed.to_string(),
+                outcome,
+                size(r.high_water()),
+                size(r.final_reserved()),
+                r.failures.len().to_string(),
+                r.first_failure().map_or("—".into(), |s| s.to_string()),
+                if sizes.is_empty() {
+                    "—".into()
+                } else {
+                    sizes
+                },
+            ]
+        })
+        .collect();
+    render(
+        &[
+            ("seed", Align::Right),
+            ("outcome", Align::Left),
+            ("peak in use", Align::Right),
+            ("reserved", Align::Right),
+            ("failures", Align::Right),
+            ("first at", Align::Right),
+            ("sizes (requested ×count, page)", Align::Left),
+        ],
+        &rows,
+    )
+}
+
+fn chart(recipe: &Recipe, reports: &[RunReport]) -> HighWaterChart {
+    let file = Path::new(&recipe.origin)
+        .file_name()
+        .map_or(recipe.origin.clone(), |f| f.to_string_lossy().into_owned());
+    HighWaterChart {
+        title: format!("{file}: peak bytes in use per step"),
+        card_bytes: recipe.card.pool_capacity(),
+        series: reports
+            .iter()
+            .map(|r| Series {
+                arm: name_of(recipe.activation),
+                label: format!("seed {}", r.seed),
+                points: r
+                    .peak_in_use
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &b)| (u32::try_from(i + 1).unwrap_or(u32::MAX), b))
+                    .collect(),
+                died_at: r.died_at.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
+            })
+            .collect(),
+    }
+}
+
+fn ledger(a: LedgerArgs) -> Result<()> {
+    let recipe = load_recipe(&a.recipe)?;
+    let recipe = recipe.with(
+        a.activation.map_or(recipe.activation, Into::into),
+        a.checkpointing.map_or(recipe.checkpointing, Into::into),
+    );
+    let ledger = highwater::ffn::expert_ledger(&recipe);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", describe(&recipe))?;
+    writeln!(
+        out,
+        "one expert call ({} per step: {} experts × {} iterations)\n",
+        recipe.calls(),
+        recipe.n_experts,
+        recipe.max_iter
+    )?;
+    writeln!(out, "{ledger}")?;
+    out.flush().context("cannot write to stdout")?;
+    Ok(())
+}
+
+fn forensics(a: ForensicsArgs) -> Result<()> {
+    let logs = a
+        .logs
+        .iter()
+        .map(|path| {
+            let text = std::fs::read(path)
+                .with_context(|| format!("cannot read log {}", path.display()))?;
+            // Logs may hold stray bytes (a cut multi-byte character, colour codes): read
+            // them lossily rather than refuse the whole log.
+            Ok(parse_log(
+                &path.display().to_string(),
+                &String::from_utf8_lossy(&text),
+            ))
+        })
+        .collect::<Result<Vec<LogForensics>>>()?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        for log in &logs {
+            serde_json::to_writer(&mut out, log).context("cannot write JSON")?;
+            writeln!(out)?;
+        }
+    } else {
+        writeln!(out, "{}", IncidentTable::new(&logs))?;
+    }
+    out.flush().context("cannot write to stdout")?;
+    Ok(())
+}

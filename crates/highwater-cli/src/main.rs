@@ -1,0 +1,57 @@
+//! `highwater`: the simulator of the book, on the command line.
+//!
+//! ```text
+//! highwater simulate --recipe repro/recipes/situ.toml --steps 2000 --seeds 1..3
+//! highwater simulate --recipe repro/recipes/situ.toml --seeds 1..3 --json > runs.jsonl
+//! highwater simulate --recipe repro/recipes/small.toml --seed 1 --svg small.svg
+//! highwater ledger   --recipe repro/recipes/situ.toml --checkpointing balanced
+//! highwater forensics ~/logs/ab2000_situ_s*.log
+//! ```
+//!
+//! * `simulate` runs [`highwater::simulate_with`] once per seed (the recipe's own steps and
+//!   seeds unless `--steps` / `--seeds A..B` (inclusive) / `--seed N` say otherwise) and
+//!   prints a summary table, or with `--json` one JSON object per run per line:
+//!   `{"recipe", "seed", "steps", "died_at" (null if it survived), "capacity",
+//!   "peak_in_use": [per step], "reserved": [per step], "pages": [per step],
+//!   "failures": [{"step", "requested", "page", "phase"}]}`. `--svg OUT` also writes the
+//!   per-step high-water figure. A progress bar goes to stderr when it is a terminal.
+//! * `ledger` prints one expert call's per-op table: shape, bytes, view or copy, and what
+//!   burn 0.21's autodiff keeps until backward, and why.
+//! * `forensics` reads trainer logs (see [`highwater::forensics`] for the line formats) and
+//!   prints attempts, deaths, reserve failures by size × count, before or after step 0.
+//!
+//! Bad input (unreadable file, malformed recipe, bad range) exits with status 1 and one
+//! message on stderr: what failed, then each cause once (a recipe error names the file, line,
+//! field and reason, and quotes the line). Usage errors exit with clap's status 2.
+
+mod args;
+mod commands;
+mod table;
+
+use std::io::ErrorKind;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    match commands::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        // `highwater simulate --json | head -1`: the reader left; not an error.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,292 @@
+//! The built `highwater` binary, run as a user would, from the workspace root. Outputs are
+//! compared with `tests/snapshots/*.txt`, each starting with the command that made it;
+//! `UPDATE_SNAPSHOTS=1 cargo test -p highwater-cli` rewrites them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn highwater(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_highwater"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+}
+
+/// What a run printed, in the snapshot's form: the command, then stdout; with the exit
+/// status and stderr when it failed.
+fn transcript(args: &[&str], out: &Output) -> String {
+    let mut s = format!("$ highwater {}\n", args.join(" "));
+    s.push_str(&text(&out.stdout));
+    if !out.status.success() {
+        s.push_str(&format!("[exit {}]\n", out.status.code().unwrap_or(-1)));
+        s.push_str(&text(&out.stderr));
+    }
+    s
+}
+
+fn snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(format!("{name}.txt"));
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).expect("writable snapshot");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "no snapshot at {}; run with UPDATE_SNAPSHOTS=1",
+            path.display()
+        )
+    });
+    similar_asserts::assert_eq!(expected, actual, "snapshot {name}");
+}
+
+/// Runs, expects success, and checks the transcript against a snapshot.
+fn ok_snapshot(name: &str, args: &[&str]) -> Output {
+    let out = highwater(args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    snapshot(name, &transcript(args, &out));
+    out
+}
+
+fn json_lines(out: &Output) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+#[test]
+fn situ_dies_between_100_and_500_at_different_steps() {
+    let out = highwater(&[
+        "simulate",
+        "--recipe",
+        "repro/recipes/situ.toml",
+        "--steps",
+        "2000",
+        "--seeds",
+        "1..3",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let runs = json_lines(&out);
+    assert_eq!(runs.len(), 3);
+    let mut deaths = vec![];
+    for (run, seed) in runs.iter().zip(1..) {
+        assert_eq!(run["recipe"], "repro/recipes/situ.toml");
+        assert_eq!(run["seed"], seed);
+        let died = run["died_at"].as_u64().expect("the situ arm dies");
+        assert!((100..=500).contains(&died), "seed {seed} died at {died}");
+        let steps = run["peak_in_use"].as_array().unwrap().len() as u64;
+        assert_eq!(steps, died, "per-step arrays run up to the death");
+        assert_eq!(run["reserved"].as_array().unwrap().len() as u64, died);
+        let failures = run["failures"].as_array().unwrap();
+        assert!(!failures.is_empty());
+        for f in failures {
+            assert!(f["step"].as_u64().unwrap() <= died);
+            assert!(f["page"].as_u64().unwrap() >= f["requested"].as_u64().unwrap());
+        }
+        deaths.push(died);
+    }
+    assert!(
+        deaths.iter().any(|&d| d != deaths[0]),
+        "all died at {}",
+        deaths[0]
+    );
+}
+
+#[test]
+fn the_control_survives() {
+    let out = highwater(&[
+        "simulate",
+        "--recipe",
+        "repro/recipes/small.toml",
+        "--seed",
+        "1",
+        "--steps",
+        "2000",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let runs = json_lines(&out);
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0]["died_at"].is_null());
+    assert_eq!(runs[0]["peak_in_use"].as_array().unwrap().len(), 2000);
+    assert_eq!(runs[0]["failures"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn simulate_table() {
+    ok_snapshot(
+        "simulate-situ",
+        &[
+            "simulate",
+            "--recipe",
+            "repro/recipes/situ.toml",
+            "--steps",
+            "2000",
+            "--seeds",
+            "1..3",
+        ],
+    );
+}
+
+#[test]
+fn simulate_writes_the_figure() {
+    let dir = std::env::temp_dir().join(format!("highwater-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("situ.svg");
+    let out = highwater(&[
+        "simulate",
+        "--recipe",
+        "repro/recipes/situ.toml",
+        "--steps",
+        "300",
+        "--seed",
+        "3",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let figure = std::fs::read_to_string(&svg).expect("the figure was written");
+    assert!(
+        figure.starts_with("<svg"),
+        "{}",
+        &figure[..80.min(figure.len())]
+    );
+    assert!(figure.contains("seed 3"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ledger_tables() {
+    ok_snapshot(
+        "ledger-situ-none",
+        &["ledger", "--recipe", "repro/recipes/situ.toml"],
+    );
+    ok_snapshot(
+        "ledger-situ-balanced",
+        &[
+            "ledger",
+            "--recipe",
+            "repro/recipes/situ.toml",
+            "--checkpointing",
+            "balanced",
+        ],
+    );
+}
+
+const LOGS: [&str; 5] = [
+    "crates/highwater/tests/fixtures/logs/ab2000_situ_s1.log",
+    "crates/highwater/tests/fixtures/logs/ab2000_situ_s2.log",
+    "crates/highwater/tests/fixtures/logs/ab2000_situ_s3.log",
+    "crates/highwater/tests/fixtures/logs/ab2000_moe_s1.log",
+    "crates/highwater/tests/fixtures/logs/upstream_cubecl_0_10.log",
+];
+
+#[test]
+fn forensics_table() {
+    let mut args = vec!["forensics"];
+    args.extend(LOGS);
+    ok_snapshot("forensics-wave", &args);
+}
+
+#[test]
+fn forensics_json() {
+    let out = highwater(&["forensics", "--json", LOGS[0]]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let logs = json_lines(&out);
+    assert_eq!(logs[0]["attempts"], 2);
+    assert_eq!(logs[0]["died_at"], serde_json::json!([400, 300]));
+}
+
+#[test]
+fn malformed_recipes_name_file_line_and_reason() {
+    let args = [
+        "simulate",
+        "--recipe",
+        "crates/highwater/tests/fixtures/bad-zero-batch.toml",
+    ];
+    let out = highwater(&args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bad-zero-batch.toml:2: `model.batch` must be at least 1"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    snapshot("bad-zero-batch", &transcript(&args, &out));
+
+    let args = [
+        "ledger",
+        "--recipe",
+        "crates/highwater/tests/fixtures/bad-activation.toml",
+    ];
+    let out = highwater(&args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("bad-activation.toml:9"), "{err}");
+    assert!(err.contains("activation = \"relu\""), "{err}");
+    snapshot("bad-activation", &transcript(&args, &out));
+}
+
+#[test]
+fn missing_files_are_named() {
+    let out = highwater(&["simulate", "--recipe", "no/such/recipe.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("error: cannot read recipe no/such/recipe.toml\n  caused by: "),
+        "{err}"
+    );
+    assert_eq!(err.matches("caused by").count(), 1, "{err}");
+
+    let out = highwater(&["forensics", "no/such.log"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot read log no/such.log"));
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let out = highwater(&[
+        "simulate",
+        "--recipe",
+        "repro/recipes/situ.toml",
+        "--seeds",
+        "3..1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("empty"), "{}", text(&out.stderr));
+
+    let out = highwater(&[
+        "simulate",
+        "--recipe",
+        "repro/recipes/situ.toml",
+        "--seeds",
+        "1..3",
+        "--seed",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = highwater(&["forensics"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn help() {
+    ok_snapshot("help", &["--help"]);
+    ok_snapshot("help-simulate", &["simulate", "--help"]);
+}
