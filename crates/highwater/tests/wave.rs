@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use highwater::{Recipe, RecipeError, RunReport, simulate};
 
 mod forensics;
+mod golden;
 mod retention;
 
 fn recipes_dir() -> PathBuf {
