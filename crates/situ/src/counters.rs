@@ -126,7 +126,11 @@ mod tests {
     #[test]
     fn the_field_is_one_greppable_token() {
         let c = SituCounts {
-            tensor: PathCounts { entry: 12, fwd: 132, bwd: 12 },
+            tensor: PathCounts {
+                entry: 12,
+                fwd: 132,
+                bwd: 12,
+            },
             fused: PathCounts::default(),
         };
         assert_eq!(c.to_string(), "situ=tensor:12/132/12,fused:0/0/0");

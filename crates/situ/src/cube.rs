@@ -108,7 +108,11 @@ pub struct LaunchInfo {
 
 fn row_major_2d<R: CubeRuntime>(t: CubeTensor<R>) -> CubeTensor<R> {
     // Last dim must be dense; rows may be pitched.
-    if t.meta.strides()[1] == 1 { t } else { into_contiguous(t) }
+    if t.meta.strides()[1] == 1 {
+        t
+    } else {
+        into_contiguous(t)
+    }
 }
 
 fn dims2<R: CubeRuntime>(t: &CubeTensor<R>) -> (usize, usize, usize) {
@@ -119,35 +123,61 @@ fn dims2<R: CubeRuntime>(t: &CubeTensor<R>) -> (usize, usize, usize) {
 
 /// Elements the array argument must span: `(rows − 1)·row_stride + width`.
 fn span(rows: usize, width: usize, rs: usize) -> usize {
-    if rows == 0 { 0 } else { (rows - 1) * rs + width }
+    if rows == 0 {
+        0
+    } else {
+        (rows - 1) * rs + width
+    }
 }
 
-fn vector_width<R: CubeRuntime>(t: &CubeTensor<R>, f: usize, strides: &[usize], others: &[&CubeTensor<R>]) -> usize {
+fn vector_width<R: CubeRuntime>(
+    t: &CubeTensor<R>,
+    f: usize,
+    strides: &[usize],
+    others: &[&CubeTensor<R>],
+) -> usize {
     let elem = t.dtype.size();
     t.client
         .io_optimized_vector_sizes(elem)
         .find(|&v| {
             f.is_multiple_of(v)
                 && strides.iter().all(|s| s.is_multiple_of(v))
-                && std::iter::once(t).chain(others.iter().copied()).all(|x| {
-                    (x.handle.offset_start.unwrap_or(0) as usize).is_multiple_of(v * elem)
-                })
+                && std::iter::once(t)
+                    .chain(others.iter().copied())
+                    .all(|x| (x.handle.offset_start.unwrap_or(0) as usize).is_multiple_of(v * elem))
         })
         .unwrap_or(1)
 }
 
-fn config<R: CubeRuntime>(t: &CubeTensor<R>, units: usize, vector: usize) -> (CubeCount, CubeDim, LaunchInfo) {
+fn config<R: CubeRuntime>(
+    t: &CubeTensor<R>,
+    units: usize,
+    vector: usize,
+) -> (CubeCount, CubeDim, LaunchInfo) {
     let dim = CubeDim::new_1d(CUBE_UNITS);
     let count = calculate_cube_count_elemwise(&t.client, units.max(1), dim);
     let cubes = match &count {
         CubeCount::Static(x, y, z) => u64::from(*x) * u64::from(*y) * u64::from(*z),
         _ => 0,
     };
-    (count, dim, LaunchInfo { vector, units, cube_dim: CUBE_UNITS, cubes })
+    (
+        count,
+        dim,
+        LaunchInfo {
+            vector,
+            units,
+            cube_dim: CUBE_UNITS,
+            cubes,
+        },
+    )
 }
 
 /// A dense `[rows, cols]` tensor of `F`, uninitialized.
-pub fn empty_dense<R: CubeRuntime, F: FloatElement>(like: &CubeTensor<R>, rows: usize, cols: usize) -> CubeTensor<R> {
+pub fn empty_dense<R: CubeRuntime, F: FloatElement>(
+    like: &CubeTensor<R>,
+    rows: usize,
+    cols: usize,
+) -> CubeTensor<R> {
     let handle = like.client.empty(rows * cols * core::mem::size_of::<F>());
     CubeTensor::new_contiguous(
         like.client.clone(),
@@ -159,14 +189,22 @@ pub fn empty_dense<R: CubeRuntime, F: FloatElement>(like: &CubeTensor<R>, rows: 
 }
 
 /// Forward kernel into a caller-owned `out [N, f]` (the gate passes a poisoned one).
-pub fn forward_into<R: CubeRuntime, F: FloatElement>(mid: CubeTensor<R>, out: &CubeTensor<R>, cap: f32) -> LaunchInfo {
+pub fn forward_into<R: CubeRuntime, F: FloatElement>(
+    mid: CubeTensor<R>,
+    out: &CubeTensor<R>,
+    cap: f32,
+) -> LaunchInfo {
     let mid = row_major_2d(mid);
     let (n, w, mid_rs) = dims2(&mid);
     assert!(w.is_multiple_of(2), "mid must be [N, 2f]");
     let f = w / 2;
     let (on, of, out_rs) = dims2(out);
     assert_eq!((on, of), (n, f), "out must be [N, f]");
-    assert_eq!(out.meta.strides()[1], 1, "out must be dense in its last dim");
+    assert_eq!(
+        out.meta.strides()[1],
+        1,
+        "out must be dense in its last dim"
+    );
     let v = vector_width(&mid, f, &[mid_rs, out_rs], &[out]);
     let fv = f / v;
     let units = n * fv;
@@ -211,13 +249,18 @@ pub fn backward_into<R: CubeRuntime, F: FloatElement>(
     assert_eq!((dn, df), (n, f), "dh must be [N, f]");
     let (on, ow, dmid_rs) = dims2(dmid);
     assert_eq!((on, ow), (n, w), "dmid must be [N, 2f]");
-    assert_eq!(dmid.meta.strides()[1], 1, "dmid must be dense in its last dim");
+    assert_eq!(
+        dmid.meta.strides()[1],
+        1,
+        "dmid must be dense in its last dim"
+    );
     let v = vector_width(&mid, f, &[mid_rs, dh_rs, dmid_rs], &[&dh, dmid]);
     let fv = f / v;
     let units = n * fv;
     let (count, dim, info) = config(&mid, units, v);
     if units > 0 {
-        let (mid_len, dh_len, dmid_len) = (span(n, w, mid_rs), span(n, f, dh_rs), span(n, w, dmid_rs));
+        let (mid_len, dh_len, dmid_len) =
+            (span(n, w, mid_rs), span(n, f, dh_rs), span(n, w, dmid_rs));
         // SAFETY: as in `forward_into`; `dh` is indexed over [n, f], `dmid` over [n, 2f].
         unsafe {
             situ_backward_kernel::launch_unchecked::<F, R>(
@@ -241,7 +284,9 @@ pub fn backward_into<R: CubeRuntime, F: FloatElement>(
     info
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SituBackend for CubeBackend<R, F, I, BT> {
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SituBackend
+    for CubeBackend<R, F, I, BT>
+{
     fn situ_fused_forward(mid: CubeTensor<R>, cap: f32) -> CubeTensor<R> {
         let (n, w, _) = dims2(&mid);
         let out = empty_dense::<R, F>(&mid, n, w / 2);
@@ -259,7 +304,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SituBacken
 
 /// A vectorized device-to-device copy, the bandwidth yardstick of the bench.
 #[cube(launch_unchecked)]
-fn copy_kernel<F: Float, N: Size>(src: &Array<Vector<F, N>>, dst: &mut Array<Vector<F, N>>, units: usize) {
+fn copy_kernel<F: Float, N: Size>(
+    src: &Array<Vector<F, N>>,
+    dst: &mut Array<Vector<F, N>>,
+    units: usize,
+) {
     let p = ABSOLUTE_POS;
     if p >= units {
         terminate!();

@@ -12,13 +12,13 @@
 //! `[N, 2f]` handle (`mid`) until backward and allocates one `[N, f]` output; its backward
 //! allocates the `[N, 2f]` gradient.
 
+use burn::backend::NdArray;
 use burn::backend::autodiff::{
     Autodiff, NodeId,
     checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
-use burn::backend::NdArray;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
@@ -31,8 +31,11 @@ pub trait SituBackend: Backend {
     /// `mid [N, 2f]` → `h [N, f]`, one launch.
     fn situ_fused_forward(mid: FloatTensor<Self>, cap: f32) -> FloatTensor<Self>;
     /// `(mid [N, 2f], dh [N, f])` → `d(mid) [N, 2f]`, one launch.
-    fn situ_fused_backward(mid: FloatTensor<Self>, dh: FloatTensor<Self>, cap: f32)
-    -> FloatTensor<Self>;
+    fn situ_fused_backward(
+        mid: FloatTensor<Self>,
+        dh: FloatTensor<Self>,
+        cap: f32,
+    ) -> FloatTensor<Self>;
     /// Identity; under autodiff its backward counts a completed tensor-path backward.
     fn situ_tensor_probe(x: FloatTensor<Self>) -> FloatTensor<Self> {
         x
@@ -43,7 +46,10 @@ pub trait SituBackend: Backend {
 pub fn situ_glu_fused<B: SituBackend>(mid: Tensor<B, 2>, cap: f32) -> Tensor<B, 2> {
     FUSED.entry();
     let [_, width] = mid.dims();
-    assert!(width % 2 == 0, "situ_glu: the gate_up width {width} must be even (2f)");
+    assert!(
+        width.is_multiple_of(2),
+        "situ_glu: the gate_up width {width} must be even (2f)"
+    );
     let out = B::situ_fused_forward(mid.into_primitive().tensor(), cap);
     Tensor::from_primitive(TensorPrimitive::Float(out))
 }
@@ -55,7 +61,12 @@ impl<B: SituBackend> Backward<B, 1> for FusedBackward {
     /// The checkpointed input `mid`, and the cap.
     type State = (NodeId, f32);
 
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+    fn backward(
+        self,
+        ops: Ops<Self::State, 1>,
+        grads: &mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) {
         let [parent] = ops.parents;
         let dh = grads.consume::<B>(&ops.node);
         let (mid_id, cap) = ops.state;
@@ -104,7 +115,11 @@ impl<B: SituBackend, C: CheckpointStrategy> SituBackend for Autodiff<B, C> {
         cap: f32,
     ) -> FloatTensor<Self> {
         // The backward of the backward is not needed: the result is not tracked.
-        <Self as AutodiffBackend>::from_inner(B::situ_fused_backward(mid.primitive, dh.primitive, cap))
+        <Self as AutodiffBackend>::from_inner(B::situ_fused_backward(
+            mid.primitive,
+            dh.primitive,
+            cap,
+        ))
     }
 
     fn situ_tensor_probe(x: FloatTensor<Self>) -> FloatTensor<Self> {

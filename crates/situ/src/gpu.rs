@@ -49,5 +49,9 @@ pub fn sync(device: &CudaDevice) {
 /// Name of a checkpoint strategy, for the records.
 pub fn strategy_name<C: CheckpointStrategy>() -> &'static str {
     let name = std::any::type_name::<C>();
-    if name.ends_with("BalancedCheckpointing") { "balanced" } else { "none" }
+    if name.ends_with("BalancedCheckpointing") {
+        "balanced"
+    } else {
+        "none"
+    }
 }

@@ -33,7 +33,10 @@ impl Provenance {
     /// Reads the GPU through `nvidia-smi` (present wherever the driver is).
     pub fn collect() -> Provenance {
         let command = std::env::args().collect::<Vec<_>>().join(" ");
-        let query = smi(&["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]);
+        let query = smi(&[
+            "--query-gpu=name,driver_version,memory.total",
+            "--format=csv,noheader",
+        ]);
         let mut parts = query.split(',').map(|s| s.trim().to_string());
         let gpu = parts.next().unwrap_or_default();
         let driver = parts.next().unwrap_or_default();
@@ -72,10 +75,16 @@ fn smi(args: &[&str]) -> String {
         .args(args)
         .output()
         .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().next().filter(|_| !args.is_empty()).map_or_else(
-            || String::from_utf8_lossy(&o.stdout).into_owned(),
-            str::to_string,
-        ))
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .filter(|_| !args.is_empty())
+                .map_or_else(
+                    || String::from_utf8_lossy(&o.stdout).into_owned(),
+                    str::to_string,
+                )
+        })
         .unwrap_or_default()
 }
 

@@ -124,13 +124,25 @@ mod tests {
         let mut rng = SplitMix64::new(SplitMix64::fresh_seed());
         let cap = 8.0;
         for _ in 0..1000 {
-            let (g, u, dh) = (rng.uniform(-24.0, 24.0), rng.uniform(-24.0, 24.0), rng.uniform(-2.0, 2.0));
+            let (g, u, dh) = (
+                rng.uniform(-24.0, 24.0),
+                rng.uniform(-24.0, 24.0),
+                rng.uniform(-2.0, 2.0),
+            );
             let (dg, du) = backward_elem(g, u, dh, cap);
             let eps = 1e-5;
-            let fd_g = dh * (forward_elem(g + eps, u, cap) - forward_elem(g - eps, u, cap)) / (2.0 * eps);
-            let fd_u = dh * (forward_elem(g, u + eps, cap) - forward_elem(g, u - eps, cap)) / (2.0 * eps);
-            assert!((dg - fd_g).abs() <= 1e-6 * (1.0 + fd_g.abs()), "g={g} u={u}: {dg} vs {fd_g}");
-            assert!((du - fd_u).abs() <= 1e-6 * (1.0 + fd_u.abs()), "g={g} u={u}: {du} vs {fd_u}");
+            let fd_g =
+                dh * (forward_elem(g + eps, u, cap) - forward_elem(g - eps, u, cap)) / (2.0 * eps);
+            let fd_u =
+                dh * (forward_elem(g, u + eps, cap) - forward_elem(g, u - eps, cap)) / (2.0 * eps);
+            assert!(
+                (dg - fd_g).abs() <= 1e-6 * (1.0 + fd_g.abs()),
+                "g={g} u={u}: {dg} vs {fd_g}"
+            );
+            assert!(
+                (du - fd_u).abs() <= 1e-6 * (1.0 + fd_u.abs()),
+                "g={g} u={u}: {du} vs {fd_u}"
+            );
         }
     }
 

@@ -29,7 +29,10 @@ pub const TENSOR_PATH_OPS: [&str; 11] = [
 pub fn situ_glu_tensor<B: SituBackend>(mid: Tensor<B, 2>, cap: f32) -> Tensor<B, 2> {
     TENSOR.entry();
     let [n, width] = mid.dims();
-    assert!(width % 2 == 0, "situ_glu: the gate_up width {width} must be even (2f)");
+    assert!(
+        width.is_multiple_of(2),
+        "situ_glu: the gate_up width {width} must be even (2f)"
+    );
     let f = width / 2;
     // Identity under autodiff whose backward runs after the whole chain's: the `bwd` counter.
     let mid = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::situ_tensor_probe(

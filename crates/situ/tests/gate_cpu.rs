@@ -1,15 +1,20 @@
 //! The gate on CPU (burn-ndarray, f64): the seed's three tests, plus the recipe and counter
 //! wiring. Inputs are fresh each run (the seed is printed on failure), never zero.
 //!
-//! Tolerances: everything here is f64. The tensor path and the fused host path evaluate the
-//! same formula in a different order, so they agree to ~1e-15; the central finite difference
-//! with step ε = 1e-6·max(1, |x|) has truncation error ~ε² and rounding error ~1e-16/ε, so
-//! 1e-7 relative is a bound with margin, and a wrong term in either gradient (even one
-//! missing factor of the cap's derivative) is off by far more.
+//! Tolerances. The fused host path is the formula in f64 end to end, so it is held to 1e-13
+//! against the reference and to 1e-7 against a central finite difference with step
+//! ε = 1e-6·max(1, |x|) (truncation ~ε², rounding ~1e-16/ε). The tensor path is *not* f64
+//! throughout even on `NdArray<f64>`: burn 0.21's default `sigmoid` and `sigmoid_backward`
+//! (burn-backend `ops/activation.rs`) cast to f32 and back, whatever the backend's float type.
+//! So the tensor path is compared with the fused path and the reference at 1e-6 (f32 rounding
+//! of one factor), and with finite differences at step ε = 1e-3·max(1, |x|) (rounding of that
+//! factor over ε: ~1e-5) to 1e-4. A wrong term in either gradient is off by far more.
 
 use std::sync::Mutex;
 
-use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
+use burn::backend::autodiff::checkpoint::strategy::{
+    BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
+};
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData};
 use highwater::ffn::expert_ledger;
@@ -36,15 +41,27 @@ fn host<B: burn::tensor::backend::Backend>(x: Tensor<B, 2>) -> Vec<f64> {
 fn inputs(seed: u64, [n, f]: [usize; 2]) -> (Vec<f64>, Vec<f64>) {
     let mut rng = SplitMix64::new(seed);
     let c = f64::from(SOFT_CAP);
-    (rng.vec(n * 2 * f, -3.0 * c, 3.0 * c), rng.vec(n * f, -1.0, 1.0))
+    (
+        rng.vec(n * 2 * f, -3.0 * c, 3.0 * c),
+        rng.vec(n * f, -1.0, 1.0),
+    )
 }
 
 fn path<B: situ::SituBackend>(mid: Tensor<B, 2>, fused: bool) -> Tensor<B, 2> {
-    if fused { situ_glu_fused(mid, SOFT_CAP) } else { situ_glu_tensor(mid, SOFT_CAP) }
+    if fused {
+        situ_glu_fused(mid, SOFT_CAP)
+    } else {
+        situ_glu_tensor(mid, SOFT_CAP)
+    }
 }
 
 /// `(h, d(mid))` for loss = Σ h·w.
-fn run<C: CheckpointStrategy>(mid: &[f64], w: &[f64], [n, f]: [usize; 2], fused: bool) -> (Vec<f64>, Vec<f64>) {
+fn run<C: CheckpointStrategy>(
+    mid: &[f64],
+    w: &[f64],
+    [n, f]: [usize; 2],
+    fused: bool,
+) -> (Vec<f64>, Vec<f64>) {
     let x = t::<Ad<C>>(mid, [n, 2 * f]).require_grad();
     let h = path(x.clone(), fused);
     let grads = (h.clone() * t::<Ad<C>>(w, [n, f])).sum().backward();
@@ -57,13 +74,18 @@ fn situ_grad_matches_finite_difference() {
     for shape @ [n, f] in SHAPES {
         let (mid, w) = inputs(seed, shape);
         let loss = |x: &[f64], fused: bool| -> f64 {
-            host(path(t::<Host>(x, [n, 2 * f]), fused)).iter().zip(&w).map(|(a, b)| a * b).sum()
+            host(path(t::<Host>(x, [n, 2 * f]), fused))
+                .iter()
+                .zip(&w)
+                .map(|(a, b)| a * b)
+                .sum()
         };
         for fused in [false, true] {
             let (_, grad) = run::<NoCheckpointing>(&mid, &w, shape, fused);
+            let (step, tol) = if fused { (1e-6, 1e-7) } else { (1e-3, 1e-4) };
             let fd: Vec<f64> = (0..mid.len())
                 .map(|i| {
-                    let eps = 1e-6 * mid[i].abs().max(1.0);
+                    let eps = step * mid[i].abs().max(1.0);
                     let (mut p, mut m) = (mid.clone(), mid.clone());
                     p[i] += eps;
                     m[i] -= eps;
@@ -71,7 +93,10 @@ fn situ_grad_matches_finite_difference() {
                 })
                 .collect();
             let err = rel_err(&grad, &fd);
-            assert!(err < 1e-7, "seed {seed}, {shape:?}, fused={fused}: ‖Δ‖/‖fd‖ = {err:e}");
+            assert!(
+                err < tol,
+                "seed {seed}, {shape:?}, fused={fused}: ‖Δ‖/‖fd‖ = {err:e}"
+            );
         }
     }
 }
@@ -85,12 +110,15 @@ fn situ_fused_matches_tensor() {
         let tensor = host(path(t::<Host>(&mid, [n, 2 * f]), false));
         let fused = host(path(t::<Host>(&mid, [n, 2 * f]), true));
         let reference = reference::forward(&mid, n, f, f64::from(SOFT_CAP));
-        assert!(rel_err(&fused, &tensor) < 1e-13, "seed {seed}, {shape:?}");
-        assert!(rel_err(&tensor, &reference) < 1e-13, "seed {seed}, {shape:?}");
+        assert!(
+            rel_err(&fused, &reference) < 1e-13,
+            "seed {seed}, {shape:?}"
+        );
+        assert!(rel_err(&fused, &tensor) < 1e-6, "seed {seed}, {shape:?}");
         // And in f32, where the host fused path rounds once and the tensor path per op.
         let t32 = host(path(t::<NdArray<f32>>(&mid, [n, 2 * f]), false));
         let f32_ = host(path(t::<NdArray<f32>>(&mid, [n, 2 * f]), true));
-        assert!(rel_err(&f32_, &t32) < 1e-6, "seed {seed}, {shape:?}");
+        assert!(rel_err(&f32_, &t32) < 1e-5, "seed {seed}, {shape:?}");
     }
 }
 
@@ -104,12 +132,21 @@ fn backward_pair<C: CheckpointStrategy>(seed: u64) {
         let (ht, dt) = run::<C>(&mid, &w, shape, false);
         let tensor = SituCounts::since(before);
         let reference = reference::backward(&mid, &w, n, f, f64::from(SOFT_CAP));
-        assert!(rel_err(&hf, &ht) < 1e-13, "seed {seed}, {shape:?}");
-        assert!(rel_err(&df, &dt) < 1e-13, "seed {seed}, {shape:?}: d(mid) fused vs tensor");
-        assert!(rel_err(&dt, &reference) < 1e-13, "seed {seed}, {shape:?}: d(mid) vs reference");
+        assert!(rel_err(&hf, &ht) < 1e-6, "seed {seed}, {shape:?}");
+        assert!(
+            rel_err(&df, &reference) < 1e-13,
+            "seed {seed}, {shape:?}: d(mid) fused vs reference"
+        );
+        assert!(
+            rel_err(&df, &dt) < 1e-6,
+            "seed {seed}, {shape:?}: d(mid) fused vs tensor"
+        );
         // The counters say which path ran, and that each got through its backward.
         assert_eq!(fused.to_string(), "situ=tensor:0/0/0,fused:1/1/1");
-        assert_eq!(tensor.to_string(), format!("situ=tensor:1/{}/1,fused:0/0/0", TENSOR_PATH_OPS.len()));
+        assert_eq!(
+            tensor.to_string(),
+            format!("situ=tensor:1/{}/1,fused:0/0/0", TENSOR_PATH_OPS.len())
+        );
     }
 }
 
@@ -123,11 +160,21 @@ fn fused_backward_matches_tensor_backward() {
 
 fn small(recipe: &Recipe) -> Recipe {
     // The wave's structure (experts, loop, activation) at a size a debug CPU build runs fast.
-    Recipe { batch: 2, seq_len: 3, d_model: 8, d_ffn: 5, ..recipe.clone() }
+    Recipe {
+        batch: 2,
+        seq_len: 3,
+        d_model: 8,
+        d_ffn: 5,
+        ..recipe.clone()
+    }
 }
 
 fn wave() -> Recipe {
-    Recipe::parse("situ.toml", include_str!("../../../repro/recipes/situ.toml")).unwrap()
+    Recipe::parse(
+        "situ.toml",
+        include_str!("../../../repro/recipes/situ.toml"),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -136,10 +183,18 @@ fn expert_stack_follows_the_recipe_and_paths_agree() {
     type B = Ad<NoCheckpointing>;
     let seed = SplitMix64::fresh_seed();
     let recipe = small(&wave());
-    assert_eq!(recipe.activation, Activation::SituTensor, "situ.toml is the tensor-path arm");
+    assert_eq!(
+        recipe.activation,
+        Activation::SituTensor,
+        "situ.toml is the tensor-path arm"
+    );
     let tensor_stack = ExpertStack::<B>::from_recipe(&recipe, seed, SOFT_CAP, &Default::default());
     assert_eq!(tensor_stack.calls() as u64, recipe.calls());
-    assert_eq!(tensor_stack.experts[0].w_gate_up.dims(), [8, 10], "gate_up is doubled to 2f");
+    assert_eq!(
+        tensor_stack.experts[0].w_gate_up.dims(),
+        [8, 10],
+        "gate_up is doubled to 2f"
+    );
     let fused_stack = tensor_stack.with_activation(Activation::SituFused);
     let (n, d) = (recipe.tokens() as usize, recipe.d_model as usize);
     let mut rng = SplitMix64::new(seed);
@@ -161,11 +216,17 @@ fn expert_stack_follows_the_recipe_and_paths_agree() {
     let b = grads_of(&fused_stack);
     let all_counts = SituCounts::since(before);
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        assert!(rel_err(y, x) < 1e-12, "seed {seed}: tensor #{i} differs");
+        assert!(rel_err(y, x) < 1e-6, "seed {seed}: tensor #{i} differs");
     }
     let calls = recipe.calls();
-    assert_eq!(mid_counts.to_string(), format!("situ=tensor:{calls}/{}/{calls},fused:0/0/0", 11 * calls));
-    assert_eq!(all_counts.fused.to_string(), format!("{calls}/{calls}/{calls}"));
+    assert_eq!(
+        mid_counts.to_string(),
+        format!("situ=tensor:{calls}/{}/{calls},fused:0/0/0", 11 * calls)
+    );
+    assert_eq!(
+        all_counts.fused.to_string(),
+        format!("{calls}/{calls}/{calls}")
+    );
 }
 
 #[test]
@@ -173,7 +234,13 @@ fn the_tensor_path_is_the_ledgers_op_list() {
     let recipe = wave().with(Activation::SituTensor, Checkpointing::None);
     let ledger = expert_ledger(&recipe);
     let names: Vec<&str> = ledger.rows.iter().map(|r| r.name.as_str()).collect();
-    let start = names.iter().position(|n| *n == "gate = mid[:, :f]").expect("the split is in the ledger");
-    assert_eq!(&names[start..start + TENSOR_PATH_OPS.len()], TENSOR_PATH_OPS.as_slice());
+    let start = names
+        .iter()
+        .position(|n| *n == "gate = mid[:, :f]")
+        .expect("the split is in the ledger");
+    assert_eq!(
+        &names[start..start + TENSOR_PATH_OPS.len()],
+        TENSOR_PATH_OPS.as_slice()
+    );
     assert_eq!(names[start + TENSOR_PATH_OPS.len()], "out = down(h)");
 }

@@ -14,7 +14,9 @@
 
 use std::time::Instant;
 
-use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
+use burn::backend::autodiff::checkpoint::strategy::{
+    BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
+};
 use burn::tensor::Tensor;
 use cubecl::Runtime;
 use serde::Serialize;
@@ -103,7 +105,11 @@ struct Goals {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let m = v.len() / 2;
-    if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
 }
 
 fn timed(device: &CudaDevice, mut f: impl FnMut()) -> Vec<f64> {
@@ -124,13 +130,20 @@ fn timed(device: &CudaDevice, mut f: impl FnMut()) -> Vec<f64> {
 
 fn in_use(device: &CudaDevice) -> (u64, u64) {
     sync(device);
-    let u = CudaRuntime::client(device).memory_usage().expect("memory usage");
+    let u = CudaRuntime::client(device)
+        .memory_usage()
+        .expect("memory usage");
     (u.bytes_in_use, u.bytes_reserved)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let out = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| "bench.json".into());
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| "bench.json".into());
     let provenance = Provenance::collect();
     let device = CudaDevice::default();
     let mut rng = SplitMix64::new(SplitMix64::fresh_seed());
@@ -139,8 +152,12 @@ fn main() {
     let dh_host = rng.vec(N * F, -1.0, 1.0);
 
     // The yardstick: a vectorized copy, bytes read + written.
-    let src = Tensor::<Cube, 1>::ones([COPY_ELEMS], &device).into_primitive().tensor();
-    let dst = Tensor::<Cube, 1>::zeros([COPY_ELEMS], &device).into_primitive().tensor();
+    let src = Tensor::<Cube, 1>::ones([COPY_ELEMS], &device)
+        .into_primitive()
+        .tensor();
+    let dst = Tensor::<Cube, 1>::zeros([COPY_ELEMS], &device)
+        .into_primitive()
+        .tensor();
     let copy_ms = median(timed(&device, || {
         for _ in 0..KERNEL_REPS {
             cube::copy_into::<CudaRuntime, f32>(&src, &dst);
@@ -149,17 +166,26 @@ fn main() {
     drop((src, dst));
     let copy_bytes = 2 * COPY_ELEMS as u64 * 4;
     let copy_bw = copy_bytes as f64 / (copy_ms * 1e-3);
-    println!("copy: {copy_ms:.4} ms for {copy_bytes} B -> {:.1} GB/s", copy_bw / 1e9);
+    println!(
+        "copy: {copy_ms:.4} ms for {copy_bytes} B -> {:.1} GB/s",
+        copy_bw / 1e9
+    );
 
     // The fused kernels alone.
     let nf = (N * F * 4) as u64;
     let (fwd_bytes, bwd_bytes) = (3 * nf, 5 * nf);
-    let mid = tensor::<Cube>(&mid_host, [N, 2 * F], &device).into_primitive().tensor();
-    let dh = tensor::<Cube>(&dh_host, [N, F], &device).into_primitive().tensor();
+    let mid = tensor::<Cube>(&mid_host, [N, 2 * F], &device)
+        .into_primitive()
+        .tensor();
+    let dh = tensor::<Cube>(&dh_host, [N, F], &device)
+        .into_primitive()
+        .tensor();
     let h = cube::empty_dense::<CudaRuntime, f32>(&mid, N, F);
     let dmid = cube::empty_dense::<CudaRuntime, f32>(&mid, N, 2 * F);
     let info = cube::forward_into::<CudaRuntime, f32>(mid.clone(), &h, SOFT_CAP);
-    let reps = |f: &mut dyn FnMut()| median(timed(&device, || (0..KERNEL_REPS).for_each(|_| f()))) / KERNEL_REPS as f64;
+    let reps = |f: &mut dyn FnMut()| {
+        median(timed(&device, || (0..KERNEL_REPS).for_each(|_| f()))) / KERNEL_REPS as f64
+    };
     let fwd_ms = reps(&mut || {
         cube::forward_into::<CudaRuntime, f32>(mid.clone(), &h, SOFT_CAP);
     });
@@ -187,7 +213,9 @@ fn main() {
         cubes_forward: info.cubes,
         units_per_cube: info.cube_dim,
     };
-    println!("fused kernels: fwd {fwd_ms:.4} ms, bwd {bwd_ms:.4} ms, pair {pair_ms:.4} ms, floor {floor_ms:.4} ms");
+    println!(
+        "fused kernels: fwd {fwd_ms:.4} ms, bwd {bwd_ms:.4} ms, pair {pair_ms:.4} ms, floor {floor_ms:.4} ms"
+    );
 
     // Forward + backward through autodiff, one call per run.
     type Ad = CubeAd<NoCheckpointing>;
@@ -196,7 +224,11 @@ fn main() {
     for (name, fused) in [("tensor", false), ("fused", true)] {
         let before = SituCounts::now();
         let t = timed(&device, || {
-            let h = if fused { situ_glu_fused(x.clone(), SOFT_CAP) } else { situ_glu_tensor(x.clone(), SOFT_CAP) };
+            let h = if fused {
+                situ_glu_fused(x.clone(), SOFT_CAP)
+            } else {
+                situ_glu_tensor(x.clone(), SOFT_CAP)
+            };
             let grads = h.backward();
             let g = x.grad(&grads).expect("tracked");
             drop((g, grads));
@@ -220,9 +252,15 @@ fn main() {
     memory.extend(live::<NoCheckpointing>(&device, &mid_host));
     memory.extend(live::<BalancedCheckpointing>(&device, &mid_host));
     for m in &memory {
-        println!("{} / {}: {} B live after forward ({:.2} [N, f] tensors)", m.path, m.checkpointing, m.live_bytes_after_forward, m.in_nf_tensors);
+        println!(
+            "{} / {}: {} B live after forward ({:.2} [N, f] tensors)",
+            m.path, m.checkpointing, m.live_bytes_after_forward, m.in_nf_tensors
+        );
     }
-    let fused_none = memory.iter().find(|m| m.path == "fused" && m.checkpointing == "none").expect("measured");
+    let fused_none = memory
+        .iter()
+        .find(|m| m.path == "fused" && m.checkpointing == "none")
+        .expect("measured");
     let goals = Goals {
         fused_at_least_5x_faster: speedup >= 5.0,
         fused_within_1_5x_of_floor_kernels: kernels.ratio_to_floor <= 1.5,
@@ -235,7 +273,11 @@ fn main() {
         dtype: "f32",
         warmup: WARMUP,
         runs: RUNS,
-        copy: Copy { bytes_moved: copy_bytes, median_ms: copy_ms, gb_per_s: copy_bw / 1e9 },
+        copy: Copy {
+            bytes_moved: copy_bytes,
+            median_ms: copy_ms,
+            gb_per_s: copy_bw / 1e9,
+        },
         fused_kernels: kernels,
         paths,
         speedup_fused_over_tensor: speedup,
@@ -243,7 +285,11 @@ fn main() {
         goals,
         counters: situ::situ_field(),
     };
-    std::fs::write(&out, serde_json::to_string_pretty(&bench).expect("serializable") + "\n").expect("write the bench's JSON");
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&bench).expect("serializable") + "\n",
+    )
+    .expect("write the bench's JSON");
     println!("speedup {speedup:.2}x -> {out}");
 }
 
@@ -254,10 +300,18 @@ fn live<C: CheckpointStrategy>(device: &CudaDevice, mid_host: &[f64]) -> Vec<Mem
     let mut out = vec![];
     for (name, fused) in [("tensor", false), ("fused", true)] {
         // One untimed call first, so the pool's pages exist and the delta is slices only.
-        let h = if fused { situ_glu_fused(x.clone(), SOFT_CAP) } else { situ_glu_tensor(x.clone(), SOFT_CAP) };
+        let h = if fused {
+            situ_glu_fused(x.clone(), SOFT_CAP)
+        } else {
+            situ_glu_tensor(x.clone(), SOFT_CAP)
+        };
         drop(h.backward());
         let (before, _) = in_use(device);
-        let h = if fused { situ_glu_fused(x.clone(), SOFT_CAP) } else { situ_glu_tensor(x.clone(), SOFT_CAP) };
+        let h = if fused {
+            situ_glu_fused(x.clone(), SOFT_CAP)
+        } else {
+            situ_glu_tensor(x.clone(), SOFT_CAP)
+        };
         let (after, reserved) = in_use(device);
         drop(h.backward());
         let delta = after as i64 - before as i64;
