@@ -29,19 +29,57 @@
 //! `loss_read_every` steps. The first read after any failure lands on a dead tensor and the
 //! trainer exits: "loss is not a scalar".
 //!
+//! # What the pool's future depends on
+//!
+//! Both speed-ups below rest on one fact about CubeCL 0.10's pool, read off
+//! `cubecl_runtime::memory_management` (not re-implemented: every reserve that is replayed goes
+//! through the real code). When no slice ever carries padding, a pool's behaviour from any
+//! instant on (which reserves succeed, which page they take, which pages the storage is asked
+//! for) is a function of its *used slices* alone:
+//! - a sliced page's slices tile it; `MemoryPage::try_reserve` coalesces the page first, which
+//!   merges every run of free slices into one, then takes the first free slice that is large
+//!   enough. After coalescing, the free slices are exactly the gaps between used slices, so two
+//!   pages with the same used slices (offset, size, holder) make the same choices. Coalescing a
+//!   page without reserving from it changes nothing a later reserve can see.
+//! - a persistent slot is an exact-size buffer; `PersistentPool::try_reserve` takes the first
+//!   free slot of the size, and `has_size` looks at sizes only: what matters is which slots are
+//!   free.
+//! - the storage holds what it was given; only new pages and the card's capacity matter.
+//!
+//! Padding would break the first point: a freed slice that carried padding offers only its
+//! unpadded size to the next reserve, and loses the padding when it is split. So both
+//! speed-ups are used only when every size the run reserves (weights and both step traces) is a
+//! multiple of the 512-byte alignment (checked once per run) — true of every recipe in
+//! `repro/recipes/`; otherwise every step is replayed event by event.
+//!
 //! # Skipping steps that provably repeat
 //!
-//! At a step boundary every dynamic slice is free. A page whose slices are all free behaves
-//! exactly like a fresh page (the sliced pool coalesces it before every try), and persistent
-//! slots are exact-size and interchangeable. So the pool's behaviour from a boundary on is fixed
-//! by: the number of persistent slots per size, the number of pages per sliced pool, and the
-//! live persistent tensors (weights and optimizer state, the same at every boundary). When a
-//! step without late releases (whose events are identical from step 2 on) starts from a state
-//! already seen, and that step left the state unchanged then, it leaves it unchanged now and
-//! reports the same figures: it is not replayed.
+//! At a step boundary every dynamic slice is free, so each sliced page is one free gap: pages of
+//! one pool are interchangeable, and persistent slots are exact-size and interchangeable. So the
+//! pool's behaviour from a boundary on is fixed by: the number of persistent slots per size, the
+//! number of pages per sliced pool, and the live persistent tensors (weights and optimizer
+//! state, the same at every boundary). When a step without late releases (whose events are
+//! identical from step 2 on) starts from a state already seen, and that step left the state
+//! unchanged then, it leaves it unchanged now and reports the same figures: it is not replayed.
+//! The memo is keyed by that state itself, not by a hash of it.
+//!
+//! # Transient buffers need not reach the pool
+//!
+//! Backward allocates, for every rest-of-model activation, a gradient that dies at once (`alloc
+//! g; free g`), right after freeing a buffer of the same size. Such a pair is not sent to the
+//! pool when (a) a buffer of exactly the same size was released since the last reserve and (b)
+//! the pair's own free is on time. Then the reserve is sure to succeed without a new page (the
+//! released buffer's slot, in the same pool since the pool is chosen by size alone and
+//! persistent sizes are fixed after init, is free and large enough), and once `g` is freed the
+//! used slices are exactly what they would have been without it: by the fact above, the pool
+//! cannot tell. What the pair does change is accounted without the pool: `g` counts towards the
+//! step's peak in use, and its reserve counts towards the lag of pending late releases (those
+//! that fall due on it are made while `g` would be alive; releases commute with one another).
+//!
+//! The golden test (`tests/golden`) checks every report of the wave, bit for bit, against the
+//! one the plain event-by-event replay produced.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 
 use cubecl_runtime::memory_management::ManagedMemoryHandle;
 use serde::Serialize;
@@ -165,6 +203,45 @@ struct Outcome {
     failures: Vec<(u64, u64, Phase)>,
 }
 
+/// What the pool's behaviour from a step boundary on depends on (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct BoundaryState {
+    persistent_slots: Vec<(u64, u32)>,
+    sliced_pages: Vec<(u64, u32)>,
+    in_use: u64,
+}
+
+/// One step's events as the replay walks them; indices are those of [`StepTrace::events`].
+struct Plan {
+    events: Vec<Event>,
+    /// Indices of the `Free` events: the late releases are drawn among them.
+    frees: Vec<usize>,
+    /// Per event: an `Alloc` whose buffer the very next event frees (a transient buffer).
+    transient: Vec<bool>,
+    buffers: usize,
+}
+
+impl Plan {
+    fn new(trace: StepTrace) -> Self {
+        let events = trace.events;
+        let frees = (0..events.len())
+            .filter(|&i| matches!(events[i], Event::Free { .. }))
+            .collect();
+        let transient = (0..events.len())
+            .map(|i| match (events[i], events.get(i + 1)) {
+                (Event::Alloc { buf, .. }, Some(&Event::Free { buf: next })) => buf == next,
+                _ => false,
+            })
+            .collect();
+        Plan {
+            events,
+            frees,
+            transient,
+            buffers: trace.buffers as usize,
+        }
+    }
+}
+
 struct Simulation<'a> {
     recipe: &'a Recipe,
     ledger: Ledger,
@@ -176,8 +253,18 @@ struct Simulation<'a> {
     persistent_sizes: HashSet<u64>,
     persistent_slots: BTreeMap<u64, u32>,
     sliced_pages: BTreeMap<u64, u32>,
-    memo: HashMap<u64, Outcome>,
+    memo: HashMap<BoundaryState, Outcome>,
+    /// Every size the run reserves is a multiple of the alignment: no slice carries padding,
+    /// which both shortcuts rely on (module docs).
+    aligned: bool,
+    /// Skip steps proven to repeat.
     use_memo: bool,
+    /// Keep transient buffers away from the pool when provably invisible to it.
+    use_transients: bool,
+    /// Per event of the current step: after how many reserves its release lands (0: on time).
+    lag_at: Vec<u32>,
+    /// Late releases waiting: (reserves still to overtake them, buffer).
+    pending: Vec<(u32, u32)>,
     seed: u64,
 }
 
@@ -188,7 +275,8 @@ impl<'a> Simulation<'a> {
         pool.set_persistent(true);
         let mut init = vec![];
         let mut in_use = 0;
-        for bytes in init_allocs(recipe) {
+        let init_sizes = init_allocs(recipe);
+        for &bytes in &init_sizes {
             // The recipe's validation guarantees the weights fit.
             init.push(pool.reserve(bytes).expect("weights fit the card"));
             in_use += bytes;
@@ -211,38 +299,89 @@ impl<'a> Simulation<'a> {
             persistent_slots,
             sliced_pages: BTreeMap::new(),
             memo: HashMap::new(),
+            aligned: init_sizes.iter().all(|b| b % CUDA_ALIGNMENT == 0),
             use_memo: true,
+            use_transients: true,
+            lag_at: vec![],
+            pending: vec![],
             seed,
         }
     }
 
-    fn fingerprint(&self) -> u64 {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.persistent_slots.hash(&mut h);
-        self.sliced_pages.hash(&mut h);
-        self.in_use.hash(&mut h);
-        h.finish()
+    /// Narrows [`Self::aligned`] by the sizes a step's trace reserves.
+    fn check_aligned(&mut self, plan: &Plan) {
+        self.aligned &= plan.events.iter().all(|e| match *e {
+            Event::Alloc { bytes, .. } => bytes % CUDA_ALIGNMENT == 0,
+            _ => true,
+        });
     }
 
-    fn release(&mut self, buf: u32) {
-        if let Some((h, bytes)) = self.handles[buf as usize].take() {
-            self.in_use -= bytes;
-            drop(h);
+    fn boundary_state(&self) -> BoundaryState {
+        BoundaryState {
+            persistent_slots: self
+                .persistent_slots
+                .iter()
+                .map(|(&s, &n)| (s, n))
+                .collect(),
+            sliced_pages: self.sliced_pages.iter().map(|(&s, &n)| (s, n)).collect(),
+            in_use: self.in_use,
         }
     }
 
-    /// Replays one step; returns its peak and failures.
-    fn replay(&mut self, trace: &StepTrace, late: &HashMap<usize, u64>) -> Outcome {
-        if self.handles.len() < trace.buffers as usize {
-            self.handles.resize_with(trace.buffers as usize, || None);
+    /// Drops buffer `buf`'s handle; returns its bytes if it held a slice.
+    fn release(&mut self, buf: u32) -> Option<u64> {
+        let (h, bytes) = self.handles[buf as usize].take()?;
+        self.in_use -= bytes;
+        drop(h);
+        Some(bytes)
+    }
+
+    /// One reserve went by: releases the late frees it was the last to overtake. Returns the
+    /// bytes of one buffer it released, if any.
+    fn overtake(&mut self) -> Option<u64> {
+        let mut freed = None;
+        if self.pending.is_empty() {
+            return freed;
         }
+        for p in self.pending.iter_mut() {
+            p.0 -= 1;
+        }
+        while let Some(pos) = self.pending.iter().position(|p| p.0 == 0) {
+            let (_, b) = self.pending.swap_remove(pos);
+            freed = self.release(b).or(freed);
+        }
+        freed
+    }
+
+    /// Replays one step whose late releases are in `self.lag_at`; returns its peak and failures.
+    fn replay(&mut self, plan: &Plan) -> Outcome {
+        if self.handles.len() < plan.buffers {
+            self.handles.resize_with(plan.buffers, || None);
+        }
+        let transients = self.use_transients && self.aligned;
         let mut phase = Phase::Forward;
         let mut peak = self.in_use;
         let mut failures = vec![];
-        let mut pending: Vec<(u64, u32)> = vec![];
-        for (idx, ev) in trace.events.iter().enumerate() {
-            match *ev {
+        // Bytes of a buffer released since the last reserve: a slot of that size is free.
+        let mut known_free: Option<u64> = None;
+        let mut idx = 0;
+        while idx < plan.events.len() {
+            match plan.events[idx] {
                 Event::Phase(p) => phase = p,
+                Event::Alloc { bytes, .. }
+                    if transients
+                        && plan.transient[idx]
+                        && known_free == Some(bytes)
+                        && self.lag_at[idx + 1] == 0 =>
+                {
+                    // A transient buffer the pool cannot tell from none (module docs): it
+                    // counts towards the peak and overtakes pending releases, then is freed.
+                    peak = peak.max(self.in_use + bytes);
+                    self.overtake();
+                    known_free = Some(bytes);
+                    idx += 2;
+                    continue;
+                }
                 Event::Alloc { buf, bytes } => {
                     let before = self.pool.storage().page_allocs();
                     match self.pool.reserve(bytes) {
@@ -256,23 +395,16 @@ impl<'a> Simulation<'a> {
                         }
                         Err(f) => failures.push((f.requested, f.page, phase)),
                     }
-                    if !pending.is_empty() {
-                        for p in pending.iter_mut() {
-                            p.0 -= 1;
-                        }
-                        while let Some(pos) = pending.iter().position(|p| p.0 == 0) {
-                            let (_, b) = pending.swap_remove(pos);
-                            self.release(b);
-                        }
-                    }
+                    known_free = self.overtake();
                 }
-                Event::Free { buf } => match late.get(&idx) {
-                    Some(&lag) => pending.push((lag, buf)),
-                    None => self.release(buf),
+                Event::Free { buf } => match self.lag_at[idx] {
+                    0 => known_free = self.release(buf).or(known_free),
+                    lag => self.pending.push((lag, buf)),
                 },
             }
+            idx += 1;
         }
-        for (_, b) in pending {
+        while let Some((_, b)) = self.pending.pop() {
             self.release(b);
         }
         Outcome { peak, failures }
@@ -316,49 +448,47 @@ impl<'a> Simulation<'a> {
             replayed_steps: 0,
             late_steps: 0,
         };
-        let first = step_trace(r, &self.ledger, 1);
-        let steady = step_trace(r, &self.ledger, 2);
-        let frees = |t: &StepTrace| {
-            t.events
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| matches!(e, Event::Free { .. }))
-                .map(|(i, _)| i)
-                .collect::<Vec<_>>()
-        };
-        let (first_frees, steady_frees) = (frees(&first), frees(&steady));
+        let first = Plan::new(step_trace(r, &self.ledger, 1));
+        let steady = Plan::new(step_trace(r, &self.ledger, 2));
+        self.check_aligned(&first);
+        self.check_aligned(&steady);
+        self.lag_at = vec![0; first.events.len().max(steady.events.len())];
+        let mut late_idx: Vec<usize> = Vec::with_capacity(r.jitter.late_releases as usize);
         let j = r.jitter;
         let mut failed_since_read = false;
         for step in 1..=steps {
-            let (trace, free_idx) = if step == 1 {
-                (&first, &first_frees)
-            } else {
-                (&steady, &steady_frees)
-            };
+            let plan = if step == 1 { &first } else { &steady };
             // Same number of draws on every path, so arms stay on the same random stream.
             let disturbed = self.rng.unit() < j.step_probability;
-            let mut late = HashMap::new();
             for _ in 0..j.late_releases {
-                let which = free_idx[self.rng.below(free_idx.len() as u64) as usize];
+                let which = plan.frees[self.rng.below(plan.frees.len() as u64) as usize];
                 let lag = 1 + self.rng.below(j.max_lag.max(1));
                 if disturbed && j.max_lag > 0 {
-                    late.insert(which, lag);
+                    // A release drawn twice keeps its last lag.
+                    self.lag_at[which] = lag as u32;
+                    late_idx.push(which);
                 }
             }
-            let start = self.fingerprint();
-            let canonical = late.is_empty() && step > 1;
-            let (outcome, replayed) = match self.memo.get(&start) {
-                Some(o) if canonical && self.use_memo => (o.clone(), false),
-                _ => {
-                    let o = self.replay(trace, &late);
-                    if canonical && self.fingerprint() == start {
+            let on_time = late_idx.is_empty();
+            let canonical = on_time && step > 1 && self.use_memo && self.aligned;
+            let start = canonical.then(|| self.boundary_state());
+            let (outcome, replayed) = match start.as_ref().and_then(|s| self.memo.get(s)) {
+                Some(o) => (o.clone(), false),
+                None => {
+                    let o = self.replay(plan);
+                    if let Some(start) = start
+                        && self.boundary_state() == start
+                    {
                         self.memo.insert(start, o.clone());
                     }
                     (o, true)
                 }
             };
+            for i in late_idx.drain(..) {
+                self.lag_at[i] = 0;
+            }
             report.replayed_steps += u64::from(replayed);
-            report.late_steps += u64::from(!late.is_empty());
+            report.late_steps += u64::from(!on_time);
             for &(requested, page, phase) in &outcome.failures {
                 let f = Failure {
                     step,
@@ -377,7 +507,7 @@ impl<'a> Simulation<'a> {
                 reserved: storage.allocated(),
                 pages: storage.pages() as u32,
                 failures: outcome.failures.len() as u32,
-                on_time: late.is_empty(),
+                on_time,
                 replayed,
             };
             report.peak_in_use.push(rec.peak_in_use);
@@ -394,13 +524,50 @@ impl<'a> Simulation<'a> {
     }
 }
 
-/// [`simulate`] for every seed of the recipe, with its own step count.
+/// [`simulate`] for every seed of the recipe, with its own step count; the seeds run in
+/// parallel ([`simulate_many`]).
 pub fn simulate_recipe(recipe: &Recipe) -> Vec<RunReport> {
-    recipe
+    let jobs: Vec<(&Recipe, u64, u64)> = recipe
         .seeds
         .iter()
-        .map(|&s| simulate(recipe, s, recipe.steps))
-        .collect()
+        .map(|&s| (recipe, s, recipe.steps))
+        .collect();
+    simulate_many(&jobs)
+}
+
+/// [`simulate`] for each `(recipe, seed, steps)`, spread over the machine's cores; reports in
+/// the order of `jobs`. Runs are independent (each has its own pool and random stream), so the
+/// reports are exactly those of calling [`simulate`] on each in turn.
+pub fn simulate_many(jobs: &[(&Recipe, u64, u64)]) -> Vec<RunReport> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len());
+    if threads <= 1 {
+        return jobs.iter().map(|&(r, s, n)| simulate(r, s, n)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, RunReport)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = vec![];
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(r, s, n)) = jobs.get(i) else {
+                            break mine;
+                        };
+                        mine.push((i, simulate(r, s, n)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a simulation thread panicked"))
+            .collect()
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 impl RunReport {
@@ -448,11 +615,12 @@ mod tests {
     }
 
     #[test]
-    fn skipping_changes_nothing() {
+    fn shortcuts_change_nothing() {
         let r = small();
         let fast = simulate(&r, 3, 150);
         let mut sim = Simulation::new(&r, 3);
         sim.use_memo = false;
+        sim.use_transients = false;
         let full = sim.run(150, &mut NoSink);
         assert_eq!(full.peak_in_use, fast.peak_in_use);
         assert_eq!(full.reserved, fast.reserved);
@@ -460,5 +628,14 @@ mod tests {
         assert_eq!(full.failures, fast.failures);
         assert_eq!(full.replayed_steps, 150);
         assert!(fast.replayed_steps < 150, "{}", fast.replayed_steps);
+    }
+
+    #[test]
+    fn simulate_many_is_simulate_in_turn() {
+        let r = small();
+        let jobs = [(&r, 2, 60), (&r, 5, 40), (&r, 2, 30)];
+        let many = simulate_many(&jobs);
+        let one: Vec<RunReport> = jobs.iter().map(|&(r, s, n)| simulate(r, s, n)).collect();
+        assert_eq!(many, one);
     }
 }

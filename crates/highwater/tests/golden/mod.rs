@@ -86,6 +86,35 @@ fn wave_reports_match_the_golden_file() {
     let (got, want) = (got.as_array().unwrap(), want.as_array().unwrap());
     assert_eq!(got.len(), want.len(), "number of runs");
     for (g, w) in got.iter().zip(want) {
-        assert_eq!(g, w, "{} seed {}", w["recipe"], w["seed"]);
+        let run = format!("{} seed {}", w["recipe"], w["seed"]);
+        for (key, wv) in w.as_object().unwrap() {
+            let gv = &g[key];
+            if gv == wv {
+                continue;
+            }
+            if let (Some(gs), Some(ws)) = (unrle(gv), unrle(wv)) {
+                let step = gs.iter().zip(&ws).position(|(a, b)| a != b);
+                let step = step.unwrap_or(gs.len().min(ws.len()));
+                panic!(
+                    "{run}: `{key}` differs first at step {}: got {:?}, golden {:?} ({} vs {} steps)",
+                    step + 1,
+                    gs.get(step),
+                    ws.get(step),
+                    gs.len(),
+                    ws.len()
+                );
+            }
+            panic!("{run}: `{key}` differs: got {gv}, golden {wv}");
+        }
     }
+}
+
+/// The values of a run-length encoded array, if `v` is one.
+fn unrle(v: &Value) -> Option<Vec<u64>> {
+    let mut out = vec![];
+    for run in v.as_array()? {
+        let (x, n) = (run.get(0)?.as_u64()?, run.get(1)?.as_u64()?);
+        out.extend(std::iter::repeat_n(x, n as usize));
+    }
+    Some(out)
 }
