@@ -242,7 +242,9 @@ impl Table {
             let number = s.trim_end_matches(|c: char| c.is_alphabetic() || c == '%' || c == ' ');
             s.len() - number.len() <= 5
                 && number.starts_with(|c: char| c.is_ascii_digit())
-                && number.chars().all(|c| c.is_ascii_digit() || " ,._".contains(c))
+                && number
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || " ,._".contains(c))
         };
         let mut cells = self.rows.iter().filter_map(|r| r.get(col));
         let any = self.rows.iter().any(|r| r.get(col).is_some());

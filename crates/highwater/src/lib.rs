@@ -16,4 +16,4 @@ pub use forensics::{LogForensics, parse_log};
 pub use layout::{DType, Shape};
 pub use ledger::{Graph, Ledger, LedgerRow, TensorId};
 pub use recipe::{Activation, Backend, Checkpointing, Optimizer, Recipe, RecipeError};
-pub use run::{Failure, RunReport, Sink, StepRecord, simulate, simulate_with};
+pub use run::{Failure, RunReport, Sink, StepRecord, simulate, simulate_many, simulate_with};

@@ -173,6 +173,12 @@ fn mdbook_build(root: &Path, out: &Path, strict: bool) -> anyhow::Result<()> {
     )?;
     config.set("preprocessor.cells.strict", strict)?;
     config.set("build.build-dir", out.display().to_string())?;
+    // Fixture books keep their caches out of the source tree; the project's own book uses its
+    // configured one (shared with `mdbook build`).
+    if root.starts_with(fixture("")) {
+        let cache = out.with_extension("cells-cache");
+        config.set("preprocessor.cells.cache-dir", cache.display().to_string())?;
+    }
     mdbook_driver::MDBook::load_with_config(root, config)?.build()
 }
 

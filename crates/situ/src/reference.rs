@@ -84,6 +84,10 @@ impl SplitMix64 {
 
     /// A seed that differs from run to run (clock and address entropy).
     pub fn fresh_seed() -> u64 {
+        // A failure prints its seed; `SITU_SEED=…` replays it.
+        if let Some(seed) = std::env::var("SITU_SEED").ok().and_then(|s| s.parse().ok()) {
+            return seed;
+        }
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
