@@ -5,7 +5,7 @@
 //!
 //! `cargo bench -p mdbook-cells --bench book` (needs `mdbook` on PATH: README command 1).
 //! The book is copied to a scratch directory so that `src/` is never touched. The preprocessor
-//! runs exactly as `book.toml` configures it (`cargo run --release …` on this repository).
+//! runs exactly as `book.toml` configures it (`scripts/mdbook-cells` of this repository).
 
 use std::path::Path;
 use std::process::Command;
@@ -36,10 +36,7 @@ fn main() {
     }
     let manifest = std::fs::read_to_string(without.join("book.toml")).unwrap();
     std::fs::write(without.join("book.toml"), strip_cells(&manifest)).unwrap();
-    let command = format!(
-        "cargo run --quiet --release --locked --manifest-path {}",
-        repo.join("crates/mdbook-cells/Cargo.toml").display()
-    );
+    let command = format!("sh {}", repo.join("scripts/mdbook-cells").display());
 
     println!("book: {}", repo.display());
     let cold = mdbook(&with_cells, Some(&command));
