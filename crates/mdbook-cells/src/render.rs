@@ -2,23 +2,9 @@
 
 use crate::cache::Stored;
 use crate::parse::CellBlock;
+use cell_output::escape;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-
-/// HTML escaping for text and attribute values.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// What the page shows under a cell's code.
 #[derive(Debug, Clone)]
