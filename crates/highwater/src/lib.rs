@@ -1,8 +1,10 @@
 //! highwater: the memory pool of a burn 0.21 / CubeCL 0.10 training step, simulated on CPU.
 //!
 //! recipe → ledger (per-call ops, burn's retention rules) → trace (a whole step as pool events)
-//! → pool (CubeCL's own `MemoryManagement`) → run (steps, seeds, the step it dies).
+//! → pool (CubeCL's own `MemoryManagement`) → run (steps, seeds, the step it dies); conform holds
+//! the simulator to runs recorded on a GPU.
 
+pub mod conform;
 pub mod ffn;
 pub mod forensics;
 pub mod layout;

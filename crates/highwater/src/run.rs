@@ -110,6 +110,10 @@ pub struct StepRecord {
     pub step: u64,
     /// Highest bytes in use (live slices, weights included) during the step.
     pub peak_in_use: u64,
+    /// Bytes in use when the forward ends (what autodiff keeps for backward, weights,
+    /// optimizer state) and when the backward ends (gradients waiting for the optimizer).
+    pub in_use_after_forward: u64,
+    pub in_use_after_backward: u64,
     /// Bytes of pages held at the end of the step.
     pub reserved: u64,
     /// Pages held at the end of the step.
@@ -149,6 +153,8 @@ pub struct RunReport {
     pub died_at: Option<u64>,
     /// Per step, up to the death.
     pub peak_in_use: Vec<u64>,
+    pub in_use_after_forward: Vec<u64>,
+    pub in_use_after_backward: Vec<u64>,
     pub reserved: Vec<u64>,
     pub pages: Vec<u32>,
     pub failures: Vec<Failure>,
@@ -200,6 +206,9 @@ impl Rng {
 #[derive(Debug, Clone)]
 struct Outcome {
     peak: u64,
+    /// In use when backward starts (the forward's live set) and when the optimizer starts.
+    after_forward: u64,
+    after_backward: u64,
     failures: Vec<(u64, u64, Phase)>,
 }
 
@@ -361,13 +370,21 @@ impl<'a> Simulation<'a> {
         let transients = self.use_transients && self.aligned;
         let mut phase = Phase::Forward;
         let mut peak = self.in_use;
+        let (mut after_forward, mut after_backward) = (self.in_use, self.in_use);
         let mut failures = vec![];
         // Bytes of a buffer released since the last reserve: a slot of that size is free.
         let mut known_free: Option<u64> = None;
         let mut idx = 0;
         while idx < plan.events.len() {
             match plan.events[idx] {
-                Event::Phase(p) => phase = p,
+                Event::Phase(p) => {
+                    phase = p;
+                    match p {
+                        Phase::Backward => after_forward = self.in_use,
+                        Phase::Optimizer => after_backward = self.in_use,
+                        Phase::Init | Phase::Forward => {}
+                    }
+                }
                 Event::Alloc { bytes, .. }
                     if transients
                         && plan.transient[idx]
@@ -407,7 +424,12 @@ impl<'a> Simulation<'a> {
         while let Some((_, b)) = self.pending.pop() {
             self.release(b);
         }
-        Outcome { peak, failures }
+        Outcome {
+            peak,
+            after_forward,
+            after_backward,
+            failures,
+        }
     }
 
     /// Books a new storage allocation: a persistent slot when the reserve's aligned size is a
@@ -441,6 +463,8 @@ impl<'a> Simulation<'a> {
             steps,
             died_at: None,
             peak_in_use: vec![],
+            in_use_after_forward: vec![],
+            in_use_after_backward: vec![],
             reserved: vec![],
             pages: vec![],
             failures: vec![],
@@ -504,6 +528,8 @@ impl<'a> Simulation<'a> {
             let rec = StepRecord {
                 step,
                 peak_in_use: outcome.peak,
+                in_use_after_forward: outcome.after_forward,
+                in_use_after_backward: outcome.after_backward,
                 reserved: storage.allocated(),
                 pages: storage.pages() as u32,
                 failures: outcome.failures.len() as u32,
@@ -511,6 +537,8 @@ impl<'a> Simulation<'a> {
                 replayed,
             };
             report.peak_in_use.push(rec.peak_in_use);
+            report.in_use_after_forward.push(rec.in_use_after_forward);
+            report.in_use_after_backward.push(rec.in_use_after_backward);
             report.reserved.push(rec.reserved);
             report.pages.push(rec.pages);
             sink.step(&rec);
@@ -623,6 +651,8 @@ mod tests {
         sim.use_transients = false;
         let full = sim.run(150, &mut NoSink);
         assert_eq!(full.peak_in_use, fast.peak_in_use);
+        assert_eq!(full.in_use_after_forward, fast.in_use_after_forward);
+        assert_eq!(full.in_use_after_backward, fast.in_use_after_backward);
         assert_eq!(full.reserved, fast.reserved);
         assert_eq!(full.pages, fast.pages);
         assert_eq!(full.failures, fast.failures);

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::layout::Shape;
 use crate::ledger::{Ledger, TensorId};
@@ -15,7 +15,7 @@ use crate::recipe::Recipe;
 pub type Buf = u32;
 
 /// Part of the step an event belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Init,

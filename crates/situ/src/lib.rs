@@ -24,6 +24,7 @@ mod expert;
 mod fused;
 pub mod reference;
 mod tensor_path;
+pub mod train;
 
 #[cfg(feature = "cuda")]
 pub mod cube;

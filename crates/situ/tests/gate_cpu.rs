@@ -265,3 +265,88 @@ fn the_tensor_path_is_the_ledgers_op_list() {
     );
     assert_eq!(names[start + TENSOR_PATH_OPS.len()], "out = down(h)");
 }
+
+/// The rerun's training step on burn-ndarray: burn's Adam moves every parameter, the rest of
+/// the model's parameters by the learning rate per step (a constant gradient normalises to
+/// one), and every expert call of every step runs its recipe's path, forward and backward.
+#[test]
+fn the_training_step_trains_every_parameter_with_burns_adam() {
+    use situ::train::{LEARNING_RATE, NoPool, Trainer};
+    let _g = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut recipe = small(&wave());
+    // A rest of the model: 7 activations of 2×8 elements over 4 iterations, 3 parameters.
+    recipe.rest.tensor_bytes = 16 * 8;
+    recipe.rest.live_bytes = 7 * 16 * 8;
+    recipe.rest.params = 3;
+    recipe.rest.persistent_bytes = 64;
+    for (activation, path) in [
+        (Activation::Silu, None),
+        (Activation::SituTensor, Some("tensor")),
+        (Activation::SituFused, Some("fused")),
+    ] {
+        for balanced in [false, true] {
+            let r = recipe.with(activation, Checkpointing::None);
+            let before = SituCounts::now();
+            let (first, after, rest) = if balanced {
+                train::<Ad<BalancedCheckpointing>>(&r)
+            } else {
+                train::<Ad<NoCheckpointing>>(&r)
+            };
+            for (i, (a, b)) in first.iter().zip(&after).enumerate() {
+                assert!(
+                    a.iter().zip(b).any(|(x, y)| x != y),
+                    "{activation:?}: weight {i} never moved"
+                );
+            }
+            for p in rest {
+                assert!(
+                    (p + 3.0 * LEARNING_RATE).abs() < 1e-6,
+                    "{activation:?}: rest param {p}"
+                );
+            }
+            let counts = SituCounts::since(before);
+            let calls = 3 * recipe.calls();
+            let expected = match path {
+                None => "situ=tensor:0/0/0,fused:0/0/0".to_string(),
+                Some("tensor") => format!("situ=tensor:{calls}/{}/{calls},fused:0/0/0", 11 * calls),
+                Some(_) => format!("situ=tensor:0/0/0,fused:{calls}/{calls}/{calls}"),
+            };
+            assert_eq!(
+                counts.to_string(),
+                expected,
+                "{activation:?} balanced={balanced}"
+            );
+        }
+    }
+
+    /// Three steps; the expert weights before and after, and the rest's parameters after.
+    fn train<B: situ::train::TrainBackend<FloatElem = f64>>(
+        r: &Recipe,
+    ) -> (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<f64>) {
+        let device = Default::default();
+        let weights = |t: &Trainer<B>| -> Vec<Vec<f64>> {
+            t.model()
+                .stack
+                .experts
+                .iter()
+                .flat_map(|e| {
+                    [
+                        host(e.w_gate_up.clone().inner()),
+                        host(e.w_down.clone().inner()),
+                    ]
+                })
+                .collect()
+        };
+        let mut trainer = Trainer::<B>::new(r, 7, SOFT_CAP, &device);
+        let first = weights(&trainer);
+        for _ in 0..3 {
+            let m = trainer
+                .step(&NoPool, true)
+                .expect("a CPU step cannot run out of memory");
+            assert!(m.loss.is_some_and(f64::is_finite));
+        }
+        let rest = trainer.model().rest_params.clone().unwrap().inner();
+        let rest = rest.into_data().convert::<f64>().to_vec::<f64>().unwrap();
+        (first, weights(&trainer), rest)
+    }
+}

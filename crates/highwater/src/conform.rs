@@ -1,0 +1,269 @@
+//! Conformance: the simulator held to runs recorded on a real GPU.
+//!
+//! One body, two arms: `highwater rerun` (crate `situ`, feature `cuda`) trains a recipe on
+//! burn-cuda and writes a [`RerunRecord`]; [`conform`] replays the same recipe through the
+//! simulator, configured as that card really was (its pool sized from the total memory the
+//! driver reported, its capacity what the process could really take), and compares step by
+//! step. The record is plain data, so CI checks every committed run without a GPU.
+//!
+//! What is compared, and why these tolerances:
+//! - bytes in use when the forward ends: what autodiff keeps for backward, plus weights and
+//!   optimizer state. This is the ledger's claim, exact up to the pool's bookkeeping: **2 %**.
+//! - bytes reserved (pages held) at the end of each step: the pool's claim. A page is coarse
+//!   (up to a quarter of the card), so one extra page is a large error: **5 %**.
+//! - for a run under a cap: whether it died. The simulator must kill the same arms.
+//!
+//! The rerun synchronizes after every phase to read the pool, so releases land in program
+//! order: the simulation runs without the late-release jitter the incident's trainer needed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::recipe::{Activation, Backend, Checkpointing, Jitter, Recipe, RecipeError};
+use crate::run::{RunReport, simulate};
+use crate::trace::Phase;
+
+/// Live bytes after forward: allowed relative error.
+pub const IN_USE_TOLERANCE: f64 = 0.02;
+/// Bytes reserved: allowed relative error.
+pub const RESERVED_TOLERANCE: f64 = 0.05;
+
+/// Where a recorded GPU result came from. `command` is the first field of every result file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The exact command line that produced the file (argv, space-joined).
+    pub command: String,
+    pub gpu: String,
+    pub driver: String,
+    pub cuda: String,
+    pub gpu_memory: String,
+    pub versions: Versions,
+    /// `git rev-parse HEAD` of the tree the binary was built from, `-dirty` when it had
+    /// uncommitted changes.
+    pub git_revision: String,
+    /// UTC, RFC 3339.
+    pub date: String,
+}
+
+/// Versions of what ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Versions {
+    pub situ: String,
+    pub burn: String,
+    pub cubecl: String,
+    pub rustc: String,
+    pub build: String,
+}
+
+/// The device's memory as the run found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceMemory {
+    /// `cuDeviceTotalMem_v2`: what cubecl-cuda sizes its pools from.
+    pub total_bytes: u64,
+    /// Free once the process's CUDA context existed, before anything else was allocated.
+    pub free_at_start: u64,
+    /// `--cap`: the card being emulated (its total less its desktop), if any.
+    pub cap_bytes: Option<u64>,
+    /// Held outside the pool so that only the cap is left (`total - cap`).
+    pub ballast_bytes: u64,
+    /// Free once the ballast was held: what the pool could take.
+    pub pool_capacity: u64,
+}
+
+/// One measured step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredStep {
+    /// 1-based.
+    pub step: u64,
+    /// Pool bytes in use (`MemoryUsage::bytes_in_use`) after the loss, device synced.
+    pub in_use_after_forward: u64,
+    /// After `backward()`: gradients waiting for the optimizer.
+    pub in_use_after_backward: u64,
+    /// Pool bytes reserved (`bytes_reserved`) at the end of the step.
+    pub reserved: u64,
+    /// Wall time of the step, syncs included.
+    pub step_ms: f64,
+    /// The loss, on the steps the trainer read it.
+    pub loss: Option<f64>,
+}
+
+/// How a recorded run ended early.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredDeath {
+    pub step: u64,
+    pub phase: Phase,
+    /// The error exactly as burn/cubecl reported it.
+    pub message: String,
+}
+
+/// A run recorded on a GPU by `highwater rerun`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RerunRecord {
+    #[serde(flatten)]
+    pub provenance: Provenance,
+    /// The recipe file, as given on the command line, and its text at the time.
+    pub recipe_path: String,
+    pub recipe_toml: String,
+    pub activation: Activation,
+    pub checkpointing: Checkpointing,
+    pub backend: Backend,
+    /// Steps asked for.
+    pub steps_asked: u64,
+    pub seed: u64,
+    pub device: DeviceMemory,
+    pub steps: Vec<MeasuredStep>,
+    pub died: Option<MeasuredDeath>,
+    /// The path counters at the end (`situ=tensor:E/F/B,fused:E/F/B`).
+    pub counters: String,
+}
+
+impl RerunRecord {
+    /// `rerun-<recipe>-<activation>-<backend>-<checkpointing>[-cap<GiB>]`: the file stem.
+    pub fn name(&self) -> String {
+        let stem = std::path::Path::new(&self.recipe_path)
+            .file_stem()
+            .map_or("recipe".into(), |s| s.to_string_lossy().into_owned());
+        let cap = self.device.cap_bytes.map_or(String::new(), |c| {
+            format!("-cap{:.2}GiB", c as f64 / (1u64 << 30) as f64)
+        });
+        format!(
+            "rerun-{stem}-{}-{}-{}{cap}",
+            kebab(&self.activation),
+            kebab(&self.backend),
+            kebab(&self.checkpointing)
+        )
+    }
+
+    /// The recipe the run trained, with the run's overrides applied.
+    pub fn recipe(&self) -> Result<Recipe, RecipeError> {
+        let mut r = Recipe::parse(&self.recipe_path, &self.recipe_toml)?;
+        r = r.with(self.activation, self.checkpointing);
+        r.backend = self.backend;
+        Ok(r)
+    }
+
+    /// The same recipe as the simulator must see this run: the card as measured (pools sized
+    /// from its total, capacity what was free for the pool), releases in program order, and a
+    /// sync every step (the rerun reads the pool after every phase).
+    pub fn simulated_recipe(&self) -> Result<Recipe, RecipeError> {
+        let mut r = self.recipe()?;
+        let d = self.device;
+        r.card.total_bytes = d.total_bytes;
+        r.card.cuda_context_bytes = d.total_bytes - d.free_at_start;
+        r.card.desktop_bytes = d.free_at_start - d.pool_capacity;
+        r.jitter = Jitter {
+            step_probability: 0.0,
+            late_releases: 0,
+            max_lag: 0,
+        };
+        r.loss_read_every = 1;
+        Ok(r)
+    }
+}
+
+fn kebab<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// One run, measured against simulated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Conformance {
+    pub name: String,
+    pub steps: u64,
+    /// At the step where the error is largest.
+    pub in_use_after_forward: Compared,
+    pub reserved: Compared,
+    pub measured_died_at: Option<u64>,
+    pub predicted_died_at: Option<u64>,
+    /// The simulated run, for figures.
+    pub simulated: RunReport,
+}
+
+/// A measured figure, the prediction for it, and the relative error.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Compared {
+    pub step: u64,
+    pub measured: u64,
+    pub predicted: u64,
+    /// `(predicted - measured) / measured`.
+    pub error: f64,
+    pub tolerance: f64,
+}
+
+impl Compared {
+    pub fn passes(&self) -> bool {
+        self.error.abs() <= self.tolerance
+    }
+}
+
+impl Conformance {
+    /// Every figure within tolerance and the same fate.
+    pub fn passes(&self) -> bool {
+        self.in_use_after_forward.passes()
+            && self.reserved.passes()
+            && self.measured_died_at.is_some() == self.predicted_died_at.is_some()
+    }
+}
+
+/// Why a record cannot be checked.
+#[derive(Debug, thiserror::Error)]
+pub enum ConformError {
+    #[error("the recorded recipe does not parse")]
+    Recipe(#[from] RecipeError),
+    #[error("the run recorded no step")]
+    NoSteps,
+}
+
+/// Simulates `record`'s recipe as the recorded card had it and compares, step by step, over
+/// the steps both arms completed.
+pub fn conform(record: &RerunRecord) -> Result<Conformance, ConformError> {
+    let recipe = record.simulated_recipe()?;
+    let steps = record.steps_asked.max(1);
+    let sim = simulate(&recipe, record.seed, steps);
+    let measured = &record.steps;
+    if measured.is_empty() {
+        return Err(ConformError::NoSteps);
+    }
+    let worst = |tolerance: f64, pick: &dyn Fn(&MeasuredStep, usize) -> Option<(u64, u64)>| {
+        measured
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let (meas, pred) = pick(m, i)?;
+                Some(Compared {
+                    step: m.step,
+                    measured: meas,
+                    predicted: pred,
+                    error: (pred as f64 - meas as f64) / (meas.max(1)) as f64,
+                    tolerance,
+                })
+            })
+            .max_by(|a, b| a.error.abs().total_cmp(&b.error.abs()))
+    };
+    let fallback = |m: &MeasuredStep| Compared {
+        step: m.step,
+        measured: 0,
+        predicted: 0,
+        error: 0.0,
+        tolerance: 0.0,
+    };
+    let in_use = worst(IN_USE_TOLERANCE, &|m, i| {
+        Some((m.in_use_after_forward, *sim.in_use_after_forward.get(i)?))
+    })
+    .unwrap_or_else(|| fallback(&measured[0]));
+    let reserved = worst(RESERVED_TOLERANCE, &|m, i| {
+        Some((m.reserved, *sim.reserved.get(i)?))
+    })
+    .unwrap_or_else(|| fallback(&measured[0]));
+    Ok(Conformance {
+        name: record.name(),
+        steps: measured.len() as u64,
+        in_use_after_forward: in_use,
+        reserved,
+        measured_died_at: record.died.as_ref().map(|d| d.step),
+        predicted_died_at: sim.died_at,
+        simulated: sim,
+    })
+}

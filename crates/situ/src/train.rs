@@ -1,0 +1,299 @@
+//! The recipe's training step, run for real and measured: what `highwater rerun` runs on a GPU,
+//! and what the CPU tests run on burn-ndarray.
+//!
+//! The step is the one `highwater::trace` models, part for part, so that the simulator can be
+//! held to it:
+//! - **weights**: every expert's `gate_up` and `down`, plus the rest of the model's parameters
+//!   as one tensor and its persistent buffers (`[rest_of_model]`), created under burn's
+//!   `memory_persistent_allocations` as a model load does;
+//! - **forward**: a fresh `[N, d_model]` batch; `max_iter` times, the rest of the model's
+//!   activations for that iteration (a stand-in op, [`rest_of_model`], that holds
+//!   `rest_of_model.live_bytes` in `tensor_bytes` pieces until its backward), then the
+//!   `n_experts` residual expert calls; the loss is the mean of the output (plus the mean of
+//!   the rest's parameters, so that they get a gradient): a loss head with no activations of
+//!   its own, so every byte measured belongs to the parts above;
+//! - **backward**: `loss.backward()`;
+//! - **optimizer**: burn's own Adam (`burn::optim::Adam` through `SimpleOptimizer`, as burn's
+//!   `OptimizerAdaptor` drives it), one parameter at a time, each gradient dropped after its
+//!   update.
+//!
+//! After each phase the device is synchronized and the pool read through a [`PoolProbe`].
+
+use std::time::Instant;
+
+use burn::backend::autodiff::{
+    Autodiff,
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn::optim::{Adam, AdamConfig, AdamState, SimpleOptimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Distribution, ElementConversion, Shape, Tensor, TensorPrimitive};
+use highwater::conform::{MeasuredDeath, MeasuredStep};
+use highwater::pool::PoolUsage;
+use highwater::recipe::Recipe;
+use highwater::trace::Phase;
+
+use crate::expert::{Expert, ExpertStack};
+use crate::fused::SituBackend;
+
+/// Learning rate of the rerun's Adam (what it is does not change a byte).
+pub const LEARNING_RATE: f64 = 1e-4;
+
+/// Synchronizes the device and reads its memory pool.
+pub trait PoolProbe {
+    /// Waits for every queued operation; an error is the backend's, verbatim.
+    fn sync(&self) -> Result<(), String>;
+    /// The pool's figures, `None` on a backend without a pool (burn-ndarray).
+    fn usage(&self) -> Result<Option<PoolUsage>, String>;
+}
+
+/// For backends without a pool: syncs nothing, reads nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoPool;
+
+impl PoolProbe for NoPool {
+    fn sync(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn usage(&self) -> Result<Option<PoolUsage>, String> {
+        Ok(None)
+    }
+}
+
+/// A backend the trainer can run: autodiff with the fused op, and the rest-of-model stand-in.
+pub trait TrainBackend: AutodiffBackend + SituBackend + RestOfModelBackend {}
+impl<B: AutodiffBackend + SituBackend + RestOfModelBackend> TrainBackend for B {}
+
+/// The model: the expert stack and the rest of the model's parameters and buffers.
+#[derive(Debug)]
+pub struct Model<B: Backend> {
+    pub stack: ExpertStack<B>,
+    /// `[rest_of_model.params]`, trained; `None` when the recipe has none.
+    pub rest_params: Option<Tensor<B, 1>>,
+    /// `[rest_of_model.persistent_bytes / 4]`, held for the run (an embedding table, caches).
+    pub persistent: Option<Tensor<B, 1>>,
+}
+
+/// Trains `recipe` step by step on one device.
+pub struct Trainer<B: TrainBackend> {
+    recipe: Recipe,
+    device: B::Device,
+    model: Model<B>,
+    adam: Adam,
+    expert_states: Vec<Option<AdamState<B::InnerBackend, 2>>>,
+    rest_state: Option<AdamState<B::InnerBackend, 1>>,
+    step: u64,
+}
+
+impl<B: TrainBackend> Trainer<B> {
+    /// Seeds the backend, creates the weights in the persistent pool.
+    pub fn new(recipe: &Recipe, seed: u64, cap: f32, device: &B::Device) -> Self {
+        B::seed(device, seed);
+        let model = B::memory_persistent_allocations(device, (), |()| {
+            let stack = ExpertStack::from_recipe(recipe, seed, cap, device);
+            let rest_params = (recipe.rest.params > 0).then(|| {
+                Tensor::<B, 1>::zeros([recipe.rest.params as usize], device).require_grad()
+            });
+            let persistent = (recipe.rest.persistent_bytes > 0).then(|| {
+                let elems = recipe.rest.persistent_bytes / recipe.dtype.size();
+                Tensor::<B, 1>::zeros([elems as usize], device)
+            });
+            Model {
+                stack,
+                rest_params,
+                persistent,
+            }
+        });
+        B::sync(device).expect("the weights are on the device");
+        Trainer {
+            recipe: recipe.clone(),
+            device: device.clone(),
+            expert_states: vec![None; 2 * model.stack.experts.len()],
+            model,
+            adam: AdamConfig::new().build(),
+            rest_state: None,
+            step: 0,
+        }
+    }
+
+    pub fn model(&self) -> &Model<B> {
+        &self.model
+    }
+
+    /// One step. `read_loss`: read the loss back to the host, as a trainer does when it logs.
+    pub fn step(
+        &mut self,
+        probe: &dyn PoolProbe,
+        read_loss: bool,
+    ) -> Result<MeasuredStep, MeasuredDeath> {
+        self.step += 1;
+        let step = self.step;
+        let died = |phase: Phase| {
+            move |message: String| MeasuredDeath {
+                step,
+                phase,
+                message,
+            }
+        };
+        let in_use = |phase: Phase| -> Result<(u64, u64), MeasuredDeath> {
+            probe.sync().map_err(died(phase))?;
+            let u = probe.usage().map_err(died(phase))?.unwrap_or_default();
+            Ok((u.in_use, u.reserved))
+        };
+        let start = Instant::now();
+
+        let loss = self.forward();
+        let (in_use_after_forward, _) = in_use(Phase::Forward)?;
+
+        let mut grads = loss.backward();
+        let (in_use_after_backward, _) = in_use(Phase::Backward)?;
+        let loss = read_loss.then(|| loss.into_scalar().elem::<f64>());
+
+        self.update(&mut grads);
+        drop(grads);
+        let (_, reserved) = in_use(Phase::Optimizer)?;
+        Ok(MeasuredStep {
+            step,
+            in_use_after_forward,
+            in_use_after_backward,
+            reserved,
+            step_ms: start.elapsed().as_secs_f64() * 1e3,
+            loss,
+        })
+    }
+
+    /// The forward pass as `highwater::trace` models it; returns the loss.
+    fn forward(&self) -> Tensor<B, 1> {
+        let r = &self.recipe;
+        let stack = &self.model.stack;
+        let (n, d) = (r.tokens() as usize, r.d_model as usize);
+        let mut x = Tensor::<B, 2>::random([n, d], Distribution::Normal(0.0, 1.0), &self.device);
+        let rest_count = r.rest.live_bytes / r.rest.tensor_bytes;
+        let piece = (r.rest.tensor_bytes / r.dtype.size()) as usize;
+        for it in 0..stack.max_iter as u64 {
+            // Spread as the trace spreads them: the remainder goes to the first iterations.
+            let count = rest_count / r.max_iter + u64::from(it < rest_count % r.max_iter);
+            if count > 0 {
+                x = rest_of_model(x, count as usize, piece);
+            }
+            for e in &stack.experts {
+                x = x.clone() + e.forward(x, stack.activation, stack.cap);
+            }
+        }
+        let loss = x.mean();
+        match &self.model.rest_params {
+            Some(p) => loss + p.clone().mean(),
+            None => loss,
+        }
+    }
+
+    /// Adam on every parameter, one at a time, each gradient dropped after its update.
+    fn update(&mut self, grads: &mut B::Gradients) {
+        let experts = std::mem::take(&mut self.model.stack.experts);
+        for (i, e) in experts.into_iter().enumerate() {
+            let w_gate_up = self.adam_step_expert(2 * i, e.w_gate_up, grads);
+            let w_down = self.adam_step_expert(2 * i + 1, e.w_down, grads);
+            self.model.stack.experts.push(Expert { w_gate_up, w_down });
+        }
+        if let Some(p) = self.model.rest_params.take() {
+            let state = self.rest_state.take();
+            let (p, state) = adam_step(&self.adam, p, grads, state);
+            self.rest_state = state;
+            self.model.rest_params = Some(p);
+        }
+    }
+
+    fn adam_step_expert(
+        &mut self,
+        k: usize,
+        param: Tensor<B, 2>,
+        grads: &mut B::Gradients,
+    ) -> Tensor<B, 2> {
+        let state = self.expert_states[k].take();
+        let (param, state) = adam_step(&self.adam, param, grads, state);
+        self.expert_states[k] = state;
+        param
+    }
+}
+
+/// What burn's `OptimizerAdaptor` does for one parameter: take its gradient out of the
+/// container, step the inner tensor, track the result again.
+fn adam_step<B: AutodiffBackend, const D: usize>(
+    adam: &Adam,
+    param: Tensor<B, D>,
+    grads: &mut B::Gradients,
+    state: Option<AdamState<B::InnerBackend, D>>,
+) -> (Tensor<B, D>, Option<AdamState<B::InnerBackend, D>>) {
+    let Some(grad) = param.grad_remove(grads) else {
+        return (param, state);
+    };
+    let (inner, state) = adam.step(LEARNING_RATE, param.inner(), grad, state);
+    (Tensor::from_inner(inner).require_grad(), state)
+}
+
+/// The rest of the model, as far as memory goes: `count` activations of `piece` elements that
+/// it keeps from its forward to its backward. Identity on `x`; in backward each activation gets
+/// a gradient of its size that lives only as long as the activation's own backward, then both
+/// go (the trace's `alloc g; free g; free a`).
+pub fn rest_of_model<B: RestOfModelBackend>(
+    x: Tensor<B, 2>,
+    count: usize,
+    piece: usize,
+) -> Tensor<B, 2> {
+    let out = B::rest_of_model(x.into_primitive().tensor(), count, piece);
+    Tensor::from_primitive(TensorPrimitive::Float(out))
+}
+
+/// A backend on which the rest-of-model stand-in can run.
+pub trait RestOfModelBackend: Backend {
+    /// Allocates the activations and returns `x` (as a new autodiff node when tracked).
+    fn rest_of_model(x: FloatTensor<Self>, count: usize, piece: usize) -> FloatTensor<Self>;
+}
+
+#[derive(Debug)]
+struct RestBackward;
+
+impl<B: Backend> Backward<B, 1> for RestBackward {
+    /// The held activations.
+    type State = Vec<FloatTensor<B>>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [parent] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let device = B::float_device(&grad);
+        for held in ops.state.into_iter().rev() {
+            let shape = burn::tensor::TensorMetadata::shape(&held);
+            let dtype = burn::tensor::TensorMetadata::dtype(&held);
+            drop(B::float_zeros(shape, &device, dtype.into()));
+            drop(held);
+        }
+        if let Some(node) = parent {
+            grads.register::<B>(node.id, grad);
+        }
+    }
+}
+
+impl<B: Backend, C: CheckpointStrategy> RestOfModelBackend for Autodiff<B, C> {
+    fn rest_of_model(x: FloatTensor<Self>, count: usize, piece: usize) -> FloatTensor<Self> {
+        // Compute-bound: Balanced keeps the state rather than re-running the op, as the
+        // activations it stands for are kept by the layers that made them.
+        match RestBackward
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let device = B::float_device(&x.primitive);
+                let dtype = burn::tensor::TensorMetadata::dtype(&x.primitive);
+                let held = (0..count)
+                    .map(|_| B::float_zeros(Shape::new([piece]), &device, dtype.into()))
+                    .collect();
+                prep.finish(held, x.primitive)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(x.primitive),
+        }
+    }
+}
