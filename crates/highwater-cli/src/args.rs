@@ -22,6 +22,12 @@ pub enum Command {
     Ledger(LedgerArgs),
     /// Reads trainer logs: attempts, the step each died at, reserve failures by size.
     Forensics(ForensicsArgs),
+    /// Holds the simulator to runs recorded on a GPU: live bytes after forward within 2 %,
+    /// bytes reserved within 5 %, the same arms dying under a cap. Exits 1 on any miss.
+    Conform(ConformArgs),
+    /// Trains a recipe on the GPU (burn-cuda) and records its pool step by step.
+    #[cfg(feature = "cuda")]
+    Rerun(RerunArgs),
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +81,72 @@ pub struct ForensicsArgs {
     /// One JSON object per log per line instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ConformArgs {
+    /// Directory of recorded runs (`rerun-*.json`), e.g. repro/results.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// One JSON object per run per line instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(feature = "cuda")]
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  \
+    highwater rerun --recipe repro/recipes/wave-stack.toml --activation situ-tensor \
+    --backend fusion --checkpointing balanced --steps 50 --out repro/results\n\n\
+    Writes OUT/rerun-<recipe>-<activation>-<backend>-<checkpointing>[-cap<GiB>].json; log \
+    lines (the command first) go to stdout.")]
+pub struct RerunArgs {
+    /// Recipe file (TOML).
+    #[arg(long, value_name = "PATH")]
+    pub recipe: PathBuf,
+    /// Activation path [default: the recipe's].
+    #[arg(long, value_enum)]
+    pub activation: Option<ActivationArg>,
+    /// Checkpoint strategy [default: the recipe's].
+    #[arg(long, value_enum)]
+    pub checkpointing: Option<CheckpointingArg>,
+    /// Backend [default: the recipe's].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// Steps to train.
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: u64,
+    /// Seed of the weights and batches.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Emulate a card that leaves the process BYTES (its total less its desktop): the rest
+    /// of the GPU is held back before the pool grows.
+    #[arg(long, value_name = "BYTES")]
+    pub cap: Option<u64>,
+    /// Read the loss and print a step line every N steps.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_every: u64,
+    /// Directory for the record.
+    #[arg(long, value_name = "DIR", default_value = "repro/results")]
+    pub out: PathBuf,
+}
+
+/// The burn backends a rerun can use.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum BackendArg {
+    /// burn-cubecl's unfused `CubeBackend`.
+    Cube,
+    /// burn-cuda's default `Cuda`: Fusion over CubeBackend.
+    Fusion,
+}
+
+impl From<BackendArg> for highwater::Backend {
+    fn from(b: BackendArg) -> Self {
+        match b {
+            BackendArg::Cube => highwater::Backend::Cube,
+            BackendArg::Fusion => highwater::Backend::Fusion,
+        }
+    }
 }
 
 /// burn 0.21's checkpoint strategies.

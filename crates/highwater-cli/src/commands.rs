@@ -1,4 +1,4 @@
-//! The three commands: files in, library calls, text out.
+//! simulate, ledger, forensics: files in, library calls, text out.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -19,12 +19,15 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Simulate(a) => simulate(a),
         Command::Ledger(a) => ledger(a),
         Command::Forensics(a) => forensics(a),
+        Command::Conform(a) => crate::conform::conform(a),
+        #[cfg(feature = "cuda")]
+        Command::Rerun(a) => crate::rerun::rerun(a),
     }
 }
 
 /// Reads and validates a recipe; errors name the file, line, field and reason, and quote
 /// the line.
-fn load_recipe(path: &Path) -> Result<Recipe> {
+pub(crate) fn load_recipe(path: &Path) -> Result<Recipe> {
     let origin = path.display().to_string();
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read recipe {origin}"))?;
@@ -39,7 +42,7 @@ fn load_recipe(path: &Path) -> Result<Recipe> {
 }
 
 /// The value's serde name (`situ-tensor`, `none`, `cube`).
-fn name_of<T: Serialize>(v: T) -> String {
+pub(crate) fn name_of<T: Serialize>(v: T) -> String {
     serde_json::to_value(v)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -62,7 +65,7 @@ fn describe(r: &Recipe) -> String {
 
 /// Bytes for the summary: GiB with two decimals (pools sit within a few MiB of a card's
 /// edge, so `14 GiB` would hide what matters), smaller sizes in the house style.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     const GIB: u64 = 1 << 30;
     if bytes >= GIB {
         format!("{:.2} GiB", bytes as f64 / GIB as f64)

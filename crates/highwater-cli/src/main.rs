@@ -6,6 +6,8 @@
 //! highwater simulate --recipe repro/recipes/small.toml --seed 1 --svg small.svg
 //! highwater ledger   --recipe repro/recipes/situ.toml --checkpointing balanced
 //! highwater forensics ~/logs/ab2000_situ_s*.log
+//! highwater conform repro/results
+//! highwater rerun --recipe repro/recipes/wave-stack.toml --activation situ-fused --steps 50   # feature cuda
 //! ```
 //!
 //! * `simulate` runs [`highwater::simulate_with`] once per seed (the recipe's own steps and
@@ -20,12 +22,21 @@
 //! * `forensics` reads trainer logs (see [`highwater::forensics`] for the line formats) and
 //!   prints attempts, deaths, reserve failures by size × count, before or after step 0.
 //!
+//! * `conform` reads every `rerun-*.json` in a directory (runs recorded on a GPU by `rerun`),
+//!   simulates each as that card had it and prints measured, predicted and error; it exits 1
+//!   when any run misses a tolerance (see [`highwater::conform`]).
+//! * `rerun` (built with `--features cuda`) trains the recipe on burn-cuda and writes the
+//!   record (see `situ::rerun`).
+//!
 //! Bad input (unreadable file, malformed recipe, bad range) exits with status 1 and one
 //! message on stderr: what failed, then each cause once (a recipe error names the file, line,
 //! field and reason, and quotes the line). Usage errors exit with clap's status 2.
 
 mod args;
 mod commands;
+mod conform;
+#[cfg(feature = "cuda")]
+mod rerun;
 mod table;
 
 use std::io::ErrorKind;

@@ -29,9 +29,13 @@ pub mod train;
 #[cfg(feature = "cuda")]
 pub mod cube;
 #[cfg(feature = "cuda")]
+mod fusion;
+#[cfg(feature = "cuda")]
 pub mod gpu;
 #[cfg(feature = "cuda")]
 pub mod provenance;
+#[cfg(feature = "cuda")]
+pub mod rerun;
 
 pub use counters::{PathCounts, SituCounts, situ_field};
 pub use expert::{Expert, ExpertStack, activation};

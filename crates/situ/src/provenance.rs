@@ -1,68 +1,40 @@
 //! Where a recorded GPU result came from: the command, the GPU, the driver, the versions, the
-//! source revision and the date. The gate and the bench put this first in their JSON.
+//! source revision and the date. The gate, the bench and the rerun put this first in their JSON.
 
-use serde::Serialize;
+pub use highwater::conform::{Provenance, Versions};
 
-/// Provenance header of a recorded result. `command` is the first field of every result file.
-#[derive(Debug, Clone, Serialize)]
-pub struct Provenance {
-    /// The exact command line that produced the file (argv, space-joined).
-    pub command: String,
-    pub gpu: String,
-    pub driver: String,
-    pub cuda: String,
-    pub gpu_memory: String,
-    pub versions: Versions,
-    /// `git rev-parse HEAD` of the tree the binary was built from (baked in at build time from
-    /// `SITU_GIT_REV`), `-dirty` when `crates/situ` had uncommitted changes.
-    pub git_revision: String,
-    /// UTC, RFC 3339.
-    pub date: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Versions {
-    pub situ: String,
-    pub burn: String,
-    pub cubecl: String,
-    pub rustc: String,
-    pub build: String,
-}
-
-impl Provenance {
-    /// Reads the GPU through `nvidia-smi` (present wherever the driver is).
-    pub fn collect() -> Provenance {
-        let command = std::env::args().collect::<Vec<_>>().join(" ");
-        let query = smi(&[
-            "--query-gpu=name,driver_version,memory.total",
-            "--format=csv,noheader",
-        ]);
-        let mut parts = query.split(',').map(|s| s.trim().to_string());
-        let gpu = parts.next().unwrap_or_default();
-        let driver = parts.next().unwrap_or_default();
-        let gpu_memory = parts.next().unwrap_or_default();
-        let cuda = smi(&[])
-            .split("CUDA Version:")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .unwrap_or("unknown")
-            .to_string();
-        Provenance {
-            command,
-            gpu: or_unknown(gpu),
-            driver: or_unknown(driver),
-            cuda,
-            gpu_memory: or_unknown(gpu_memory),
-            versions: Versions {
-                situ: env!("CARGO_PKG_VERSION").into(),
-                burn: "0.21.0".into(),
-                cubecl: "0.10.0".into(),
-                rustc: option_env!("SITU_RUSTC").unwrap_or("unknown").into(),
-                build: "cargo build --release --locked -p situ --features cuda".into(),
-            },
-            git_revision: option_env!("SITU_GIT_REV").unwrap_or("unknown").into(),
-            date: utc_now(),
-        }
+/// Reads the GPU through `nvidia-smi` (present wherever the driver is).
+pub fn collect(build: &str) -> Provenance {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let query = smi(&[
+        "--query-gpu=name,driver_version,memory.total",
+        "--format=csv,noheader",
+    ]);
+    let mut parts = query.split(',').map(|s| s.trim().to_string());
+    let gpu = parts.next().unwrap_or_default();
+    let driver = parts.next().unwrap_or_default();
+    let gpu_memory = parts.next().unwrap_or_default();
+    let cuda = smi(&[])
+        .split("CUDA Version:")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or("unknown")
+        .to_string();
+    Provenance {
+        command,
+        gpu: or_unknown(gpu),
+        driver: or_unknown(driver),
+        cuda,
+        gpu_memory: or_unknown(gpu_memory),
+        versions: Versions {
+            situ: env!("CARGO_PKG_VERSION").into(),
+            burn: "0.21.0".into(),
+            cubecl: "0.10.0".into(),
+            rustc: option_env!("SITU_RUSTC").unwrap_or("unknown").into(),
+            build: build.into(),
+        },
+        git_revision: option_env!("SITU_GIT_REV").unwrap_or("unknown").into(),
+        date: utc_now(),
     }
 }
 

@@ -86,6 +86,8 @@ pub struct Trainer<B: TrainBackend> {
     expert_states: Vec<Option<AdamState<B::InnerBackend, 2>>>,
     rest_state: Option<AdamState<B::InnerBackend, 1>>,
     step: u64,
+    /// The phase running (or that failed).
+    phase: Phase,
 }
 
 impl<B: TrainBackend> Trainer<B> {
@@ -116,11 +118,17 @@ impl<B: TrainBackend> Trainer<B> {
             adam: AdamConfig::new().build(),
             rest_state: None,
             step: 0,
+            phase: Phase::Init,
         }
     }
 
     pub fn model(&self) -> &Model<B> {
         &self.model
+    }
+
+    /// The phase the last step was in when it returned (or panicked).
+    pub fn phase(&self) -> Phase {
+        self.phase
     }
 
     /// One step. `read_loss`: read the loss back to the host, as a trainer does when it logs.
@@ -145,13 +153,16 @@ impl<B: TrainBackend> Trainer<B> {
         };
         let start = Instant::now();
 
+        self.phase = Phase::Forward;
         let loss = self.forward();
         let (in_use_after_forward, _) = in_use(Phase::Forward)?;
 
+        self.phase = Phase::Backward;
         let mut grads = loss.backward();
         let (in_use_after_backward, _) = in_use(Phase::Backward)?;
         let loss = read_loss.then(|| loss.into_scalar().elem::<f64>());
 
+        self.phase = Phase::Optimizer;
         self.update(&mut grads);
         drop(grads);
         let (_, reserved) = in_use(Phase::Optimizer)?;

@@ -22,7 +22,7 @@ use cubecl::Runtime;
 use serde::Serialize;
 use situ::cube;
 use situ::gpu::{Cube, CubeAd, CudaDevice, CudaRuntime, strategy_name, sync, tensor};
-use situ::provenance::Provenance;
+use situ::provenance::{self, Provenance};
 use situ::reference::SplitMix64;
 use situ::{SOFT_CAP, SituCounts, situ_glu_fused, situ_glu_tensor};
 
@@ -144,7 +144,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned()
         .unwrap_or_else(|| "bench.json".into());
-    let provenance = Provenance::collect();
+    let provenance = provenance::collect("cargo build --release --locked -p situ --features cuda");
     let device = CudaDevice::default();
     let mut rng = SplitMix64::new(SplitMix64::fresh_seed());
     let c = f64::from(SOFT_CAP);

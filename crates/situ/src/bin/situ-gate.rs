@@ -15,7 +15,7 @@ use situ::gpu::{
     Cube, CubeAd, CudaDevice, CudaRuntime, host, poison_pool, strategy_name, sync, tensor,
     unwritten,
 };
-use situ::provenance::Provenance;
+use situ::provenance::{self, Provenance};
 use situ::reference::{self, SplitMix64, rel_err};
 use situ::{ExpertStack, SOFT_CAP, SituCounts, situ_glu_fused, situ_glu_tensor};
 
@@ -134,7 +134,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned()
         .unwrap_or_else(|| "gate.json".into());
-    let provenance = Provenance::collect();
+    let provenance = provenance::collect("cargo build --release --locked -p situ --features cuda");
     let seed = SplitMix64::fresh_seed();
     println!(
         "situ gate: seed {seed}, cap {SOFT_CAP}, {} on driver {}",

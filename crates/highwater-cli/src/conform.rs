@@ -1,0 +1,138 @@
+//! `highwater conform DIR`: every recorded rerun in DIR against the simulator.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use highwater::conform::{Conformance, RerunRecord, conform as check};
+
+use crate::args::ConformArgs;
+use crate::commands::size;
+use crate::table::{Align, render};
+
+pub fn conform(a: ConformArgs) -> Result<()> {
+    let files = records_in(&a.dir)?;
+    if files.is_empty() {
+        bail!("{} holds no rerun-*.json", a.dir.display());
+    }
+    let mut results = vec![];
+    let mut notes = vec![];
+    for path in &files {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let record: RerunRecord = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a rerun record", path.display()))?;
+        if let Ok(now) = std::fs::read_to_string(&record.recipe_path)
+            && now != record.recipe_toml
+        {
+            notes.push(format!(
+                "note: {} changed since {} was recorded (the run is checked against the recipe \
+                 it recorded)",
+                record.recipe_path,
+                path.display()
+            ));
+        }
+        let c = check(&record).with_context(|| format!("cannot check {}", path.display()))?;
+        results.push(c);
+    }
+    if a.json {
+        for c in &results {
+            println!("{}", serde_json::to_string(&Row::from(c))?);
+        }
+    } else {
+        print!("{}", table(&results));
+        for n in &notes {
+            println!("{n}");
+        }
+    }
+    let missed = results.iter().filter(|c| !c.passes()).count();
+    if missed > 0 {
+        bail!(
+            "{missed} of {} recorded runs miss the simulator's tolerances",
+            results.len()
+        );
+    }
+    Ok(())
+}
+
+/// `rerun-*.json` in `dir`, sorted by name.
+fn records_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("rerun-") && n.ends_with(".json"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// What `--json` prints per run (the simulated run itself is left out).
+#[derive(serde::Serialize)]
+struct Row<'a> {
+    name: &'a str,
+    steps: u64,
+    in_use_after_forward: highwater::conform::Compared,
+    reserved: highwater::conform::Compared,
+    measured_died_at: Option<u64>,
+    predicted_died_at: Option<u64>,
+    passes: bool,
+}
+
+impl<'a> From<&'a Conformance> for Row<'a> {
+    fn from(c: &'a Conformance) -> Self {
+        Row {
+            name: &c.name,
+            steps: c.steps,
+            in_use_after_forward: c.in_use_after_forward,
+            reserved: c.reserved,
+            measured_died_at: c.measured_died_at,
+            predicted_died_at: c.predicted_died_at,
+            passes: c.passes(),
+        }
+    }
+}
+
+fn table(results: &[Conformance]) -> String {
+    let pct = |e: f64| format!("{:+.2} %", e * 100.0);
+    let died = |d: Option<u64>| d.map_or("–".to_string(), |s| s.to_string());
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|c| {
+            let (u, r) = (&c.in_use_after_forward, &c.reserved);
+            vec![
+                c.name.trim_start_matches("rerun-").to_string(),
+                c.steps.to_string(),
+                size(u.measured),
+                size(u.predicted),
+                pct(u.error),
+                size(r.measured),
+                size(r.predicted),
+                pct(r.error),
+                format!(
+                    "{} / {}",
+                    died(c.measured_died_at),
+                    died(c.predicted_died_at)
+                ),
+                if c.passes() { "ok" } else { "MISS" }.to_string(),
+            ]
+        })
+        .collect();
+    render(
+        &[
+            ("run", Align::Left),
+            ("steps", Align::Right),
+            ("in use after fwd", Align::Right),
+            ("simulated", Align::Right),
+            ("error", Align::Right),
+            ("reserved", Align::Right),
+            ("simulated", Align::Right),
+            ("error", Align::Right),
+            ("died (GPU / sim)", Align::Right),
+            ("", Align::Left),
+        ],
+        &rows,
+    )
+}

@@ -1,0 +1,133 @@
+//! `highwater rerun` (feature `cuda`): the recipe on a real GPU, a trainer's log on stdout, the
+//! record in `--out`.
+
+use std::io::IsTerminal;
+
+use anyhow::{Context, Result};
+use highwater::conform::{DeviceMemory, MeasuredDeath, MeasuredStep};
+use indicatif::{ProgressBar, ProgressStyle};
+use situ::rerun::{Observer, RerunPlan, rerun as run};
+
+use crate::args::RerunArgs;
+use crate::commands::{load_recipe, name_of, size};
+
+pub fn rerun(a: RerunArgs) -> Result<()> {
+    let mut recipe = load_recipe(&a.recipe)?;
+    let recipe_toml = std::fs::read_to_string(&a.recipe)?;
+    recipe = recipe.with(
+        a.activation.map_or(recipe.activation, Into::into),
+        a.checkpointing.map_or(recipe.checkpointing, Into::into),
+    );
+    recipe.backend = a.backend.map_or(recipe.backend, Into::into);
+    let plan = RerunPlan {
+        recipe_path: a.recipe.display().to_string(),
+        recipe_toml,
+        recipe,
+        steps: a.steps,
+        seed: a.seed,
+        cap: a.cap,
+        log_every: a.log_every,
+    };
+    let provenance = situ::provenance::collect(
+        "cargo build --release --locked -p highwater-cli --features cuda",
+    );
+    println!("$ {}", provenance.command);
+    println!(
+        "{} | driver {} | CUDA {} | burn {} cubecl {} | rev {} | {}",
+        provenance.gpu,
+        provenance.driver,
+        provenance.cuda,
+        provenance.versions.burn,
+        provenance.versions.cubecl,
+        provenance.git_revision,
+        provenance.date
+    );
+    let r = &plan.recipe;
+    println!(
+        "model: {} experts x {} iterations, batch {} x seq {}, d_model {}, d_ffn {} | \
+         activation: {} | checkpointing: {} | backend: {} | optimizer: {}",
+        r.n_experts,
+        r.max_iter,
+        r.batch,
+        r.seq_len,
+        r.d_model,
+        r.d_ffn,
+        name_of(r.activation),
+        name_of(r.checkpointing),
+        name_of(r.backend),
+        name_of(r.optimizer),
+    );
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(a.steps).with_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} steps {msg}")
+                .expect("a valid template"),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut log = Log {
+        bar: &bar,
+        steps: a.steps,
+        every: a.log_every,
+    };
+    let record = run(&plan, provenance, &mut log).context("the rerun could not start")?;
+    bar.finish_and_clear();
+    println!("eval: {}", record.counters);
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("cannot create {}", a.out.display()))?;
+    let path = a.out.join(format!("{}.json", record.name()));
+    let json = serde_json::to_string_pretty(&record)?;
+    std::fs::write(&path, json + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Step lines in a trainer's format, and the progress bar.
+struct Log<'a> {
+    bar: &'a ProgressBar,
+    steps: u64,
+    every: u64,
+}
+
+impl Observer for Log<'_> {
+    fn started(&mut self, d: &DeviceMemory) {
+        self.bar.println(format!(
+            "device: total {} | free at start {} | cap {} | ballast {} | pool may take {}",
+            size(d.total_bytes),
+            size(d.free_at_start),
+            d.cap_bytes.map_or("none".into(), size),
+            size(d.ballast_bytes),
+            size(d.pool_capacity),
+        ));
+    }
+
+    fn step(&mut self, m: &MeasuredStep, counters: &str) {
+        self.bar.inc(1);
+        self.bar
+            .set_message(format!("in use {}", size(m.in_use_after_forward)));
+        if m.step == 1 || m.step % self.every == 0 || m.step == self.steps {
+            let loss = m.loss.map_or("–".into(), |l| format!("{l:.6}"));
+            self.bar.println(format!(
+                "step {:>5}/{} | loss {loss} | in use after fwd {} after bwd {} | reserved {} | \
+                 {:.1} ms | {counters}",
+                m.step,
+                self.steps,
+                size(m.in_use_after_forward),
+                size(m.in_use_after_backward),
+                size(m.reserved),
+                m.step_ms,
+            ));
+        }
+    }
+
+    fn died(&mut self, d: &MeasuredDeath) {
+        self.bar.println(format!(
+            "step {:>5}/{} | died in {}: {}",
+            d.step,
+            self.steps,
+            name_of(d.phase),
+            d.message
+        ));
+    }
+}

@@ -1,0 +1,234 @@
+//! `highwater rerun` (feature `cuda`): the recipe trained on a real GPU with burn-cuda, its
+//! pool read after every phase of every step, recorded as a [`RerunRecord`].
+//!
+//! Backends: `cube` is burn-cubecl's unfused `CubeBackend<CudaRuntime>` (every op materializes
+//! its output); `fusion` is burn-cuda's default `Cuda`, `Fusion` over the same. Both use one
+//! CubeCL client per device, so the pool read is the one the tensors live in.
+//!
+//! **Emulating a smaller card.** `cap` bytes is what the emulated card leaves the process (its
+//! total less its desktop). Before the pool grows, `total - cap` bytes are taken straight from
+//! the driver (`cuMemAlloc`, outside the pool), so the pool's pages fail where they would on
+//! that card. The pool is still configured from the real card's total (cubecl-cuda reads
+//! `cuDeviceTotalMem`): a 16 GB card would get smaller pages. The record says which.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
+use cubecl::Runtime;
+use highwater::conform::{DeviceMemory, MeasuredDeath, MeasuredStep, RerunRecord};
+use highwater::pool::PoolUsage;
+use highwater::recipe::{Backend, Checkpointing, Recipe};
+
+use crate::SOFT_CAP;
+use crate::counters::SituCounts;
+use crate::gpu::{Cube, CudaDevice, CudaRuntime};
+use crate::train::{PoolProbe, TrainBackend, Trainer};
+
+/// burn-cuda's default backend: `Fusion<CubeBackend<CudaRuntime, f32, i32, u8>>`.
+pub type Fused = burn_cuda::Cuda<f32, i32>;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RerunPlan {
+    /// As given on the command line, and the file's text.
+    pub recipe_path: String,
+    pub recipe_toml: String,
+    /// Parsed, overrides applied (activation, checkpointing, backend).
+    pub recipe: Recipe,
+    pub steps: u64,
+    pub seed: u64,
+    /// Emulate a card that leaves the process this many bytes.
+    pub cap: Option<u64>,
+    /// Read the loss back every this many steps (a trainer's log line).
+    pub log_every: u64,
+}
+
+/// Follows a rerun as it goes (a progress bar, log lines).
+pub trait Observer {
+    fn started(&mut self, _device: &DeviceMemory) {}
+    fn step(&mut self, _step: &MeasuredStep, _counters: &str) {}
+    fn died(&mut self, _death: &MeasuredDeath) {}
+}
+
+/// Why a rerun could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RerunError {
+    #[error("CUDA driver: {0}")]
+    Driver(String),
+    #[error(
+        "--cap {cap} cannot be emulated: holding back total - cap needs more than the {free} \
+         bytes free of {total}"
+    )]
+    Cap { cap: u64, free: u64, total: u64 },
+}
+
+/// Runs `plan` on GPU 0 and returns the record (the provenance is filled in by the caller).
+pub fn rerun(
+    plan: &RerunPlan,
+    provenance: highwater::conform::Provenance,
+    observer: &mut dyn Observer,
+) -> Result<RerunRecord, RerunError> {
+    let r = &plan.recipe;
+    type CubeNone = Autodiff<Cube, NoCheckpointing>;
+    type CubeBalanced = Autodiff<Cube, BalancedCheckpointing>;
+    type FusedNone = Autodiff<Fused, NoCheckpointing>;
+    type FusedBalanced = Autodiff<Fused, BalancedCheckpointing>;
+    let run = match (r.backend, r.checkpointing) {
+        (Backend::Cube, Checkpointing::None) => run_on::<CubeNone>,
+        (Backend::Cube, Checkpointing::Balanced) => run_on::<CubeBalanced>,
+        (Backend::Fusion, Checkpointing::None) => run_on::<FusedNone>,
+        (Backend::Fusion, Checkpointing::Balanced) => run_on::<FusedBalanced>,
+    };
+    let (device, steps, died) = run(plan, observer)?;
+    Ok(RerunRecord {
+        provenance,
+        recipe_path: plan.recipe_path.clone(),
+        recipe_toml: plan.recipe_toml.clone(),
+        activation: r.activation,
+        checkpointing: r.checkpointing,
+        backend: r.backend,
+        steps_asked: plan.steps,
+        seed: plan.seed,
+        device,
+        steps,
+        died,
+        counters: SituCounts::now().to_string(),
+    })
+}
+
+type Outcome = (DeviceMemory, Vec<MeasuredStep>, Option<MeasuredDeath>);
+
+fn run_on<B: TrainBackend<Device = CudaDevice>>(
+    plan: &RerunPlan,
+    observer: &mut dyn Observer,
+) -> Result<Outcome, RerunError> {
+    let device = CudaDevice::default();
+    let probe = CudaProbe::<B> {
+        device: device.clone(),
+        _b: std::marker::PhantomData,
+    };
+    // Starts the CubeCL server (its CUDA context, streams) without reserving a page.
+    probe
+        .usage()
+        .map_err(|e| RerunError::Driver(format!("first pool read: {e}")))?;
+    let (memory, _ballast) = hold_back(plan.cap)?;
+    observer.started(&memory);
+    let mut steps = vec![];
+    let created = catch_unwind(|| Trainer::<B>::new(&plan.recipe, plan.seed, SOFT_CAP, &device));
+    let mut trainer = match created {
+        Ok(t) => t,
+        Err(panic) => {
+            let death = MeasuredDeath {
+                step: 0,
+                phase: highwater::trace::Phase::Init,
+                message: panic_message(&panic),
+            };
+            observer.died(&death);
+            return Ok((memory, steps, Some(death)));
+        }
+    };
+    let mut died = None;
+    for step in 1..=plan.steps {
+        let read_loss = step % plan.log_every == 0 || step == plan.steps;
+        let result = catch_unwind(AssertUnwindSafe(|| trainer.step(&probe, read_loss)));
+        let outcome = result.unwrap_or_else(|panic| {
+            Err(MeasuredDeath {
+                step,
+                phase: trainer.phase(),
+                message: panic_message(&panic),
+            })
+        });
+        match outcome {
+            Ok(m) => {
+                observer.step(&m, &SituCounts::now().to_string());
+                steps.push(m);
+            }
+            Err(d) => {
+                observer.died(&d);
+                died = Some(d);
+                break;
+            }
+        }
+    }
+    Ok((memory, steps, died))
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic without a message".into())
+}
+
+/// The pool of backend `B` on one CUDA device.
+struct CudaProbe<B> {
+    device: CudaDevice,
+    _b: std::marker::PhantomData<B>,
+}
+
+impl<B: burn::tensor::backend::Backend<Device = CudaDevice>> PoolProbe for CudaProbe<B> {
+    fn sync(&self) -> Result<(), String> {
+        B::sync(&self.device).map_err(|e| e.to_string())
+    }
+
+    fn usage(&self) -> Result<Option<PoolUsage>, String> {
+        let u = CudaRuntime::client(&self.device)
+            .memory_usage()
+            .map_err(|e| format!("{e:?}"))?;
+        Ok(Some(PoolUsage {
+            allocs: u.number_allocs,
+            in_use: u.bytes_in_use,
+            padding: u.bytes_padding,
+            reserved: u.bytes_reserved,
+        }))
+    }
+}
+
+/// Memory taken from the driver outside the pool, freed on drop.
+struct Ballast(Option<cudarc::driver::sys::CUdeviceptr>);
+
+impl Drop for Ballast {
+    fn drop(&mut self) {
+        if let Some(ptr) = self.0.take() {
+            // SAFETY: `ptr` came from `malloc_sync` in the same (primary) context and is freed
+            // once.
+            let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
+        }
+    }
+}
+
+/// Reads the device's memory and, under a cap, holds back `total - cap` bytes.
+fn hold_back(cap: Option<u64>) -> Result<(DeviceMemory, Ballast), RerunError> {
+    let driver = |e: cudarc::driver::DriverError| RerunError::Driver(e.to_string());
+    // The primary context: the one cubecl-cuda retained, so the ballast shares its books.
+    let ctx = cudarc::driver::CudaContext::new(0).map_err(driver)?;
+    ctx.bind_to_thread().map_err(driver)?;
+    let (free, total) = cudarc::driver::result::mem_get_info().map_err(driver)?;
+    let (free, total) = (free as u64, total as u64);
+    let ballast_bytes = match cap {
+        None => 0,
+        Some(cap) if cap < total && total - cap < free => total - cap,
+        Some(cap) => return Err(RerunError::Cap { cap, free, total }),
+    };
+    let ballast = if ballast_bytes > 0 {
+        // SAFETY: a plain device allocation, freed by `Ballast::drop`.
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(ballast_bytes as usize) }
+            .map_err(driver)?;
+        Ballast(Some(ptr))
+    } else {
+        Ballast(None)
+    };
+    let (after, _) = cudarc::driver::result::mem_get_info().map_err(driver)?;
+    Ok((
+        DeviceMemory {
+            total_bytes: total,
+            free_at_start: free,
+            cap_bytes: cap,
+            ballast_bytes,
+            pool_capacity: after as u64,
+        },
+        ballast,
+    ))
+}
