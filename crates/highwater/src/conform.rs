@@ -148,8 +148,8 @@ impl RerunRecord {
         let mut r = self.recipe()?;
         let d = self.device;
         r.card.total_bytes = d.total_bytes;
-        r.card.cuda_context_bytes = d.total_bytes - d.free_at_start;
-        r.card.desktop_bytes = d.free_at_start - d.pool_capacity;
+        r.card.cuda_context_bytes = d.total_bytes.saturating_sub(d.free_at_start);
+        r.card.desktop_bytes = d.free_at_start.saturating_sub(d.pool_capacity);
         r.jitter = Jitter {
             step_probability: 0.0,
             late_releases: 0,
@@ -266,4 +266,102 @@ pub fn conform(record: &RerunRecord) -> Result<Conformance, ConformError> {
         predicted_died_at: sim.died_at,
         simulated: sim,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record whose "measurements" are the simulator's own figures for `recipe_toml`.
+    fn simulated_record(recipe_toml: &str, cap: Option<u64>, steps: u64) -> RerunRecord {
+        let total = 150_109_880_320;
+        let free_at_start = total - (600 << 20);
+        let ballast = cap.map_or(0, |c| total - c);
+        let mut record = RerunRecord {
+            provenance: Provenance {
+                command: "highwater rerun …".into(),
+                gpu: "test".into(),
+                driver: "–".into(),
+                cuda: "–".into(),
+                gpu_memory: "–".into(),
+                versions: Versions {
+                    situ: "0".into(),
+                    burn: "0.21.0".into(),
+                    cubecl: "0.10.0".into(),
+                    rustc: "–".into(),
+                    build: "–".into(),
+                },
+                git_revision: "–".into(),
+                date: "–".into(),
+            },
+            recipe_path: "repro/recipes/situ.toml".into(),
+            recipe_toml: recipe_toml.into(),
+            activation: Activation::SituTensor,
+            checkpointing: Checkpointing::None,
+            backend: Backend::Cube,
+            steps_asked: steps,
+            seed: 1,
+            device: DeviceMemory {
+                total_bytes: total,
+                free_at_start,
+                cap_bytes: cap,
+                ballast_bytes: ballast,
+                pool_capacity: free_at_start - ballast,
+            },
+            steps: vec![],
+            died: None,
+            counters: String::new(),
+        };
+        let sim = simulate(&record.simulated_recipe().unwrap(), 1, steps);
+        record.steps = (0..sim.reserved.len())
+            .map(|i| MeasuredStep {
+                step: i as u64 + 1,
+                in_use_after_forward: sim.in_use_after_forward[i],
+                in_use_after_backward: sim.in_use_after_backward[i],
+                reserved: sim.reserved[i],
+                step_ms: 1.0,
+                loss: None,
+            })
+            .collect();
+        record.died = sim.died_at.map(|step| MeasuredDeath {
+            step,
+            phase: Phase::Forward,
+            message: "out of memory".into(),
+        });
+        record
+    }
+
+    const SITU: &str = include_str!("../../../repro/recipes/situ.toml");
+
+    #[test]
+    fn a_run_that_is_its_own_simulation_conforms() {
+        let r = simulated_record(SITU, None, 5);
+        let c = conform(&r).unwrap();
+        assert!(c.passes(), "{c:?}");
+        assert_eq!(c.in_use_after_forward.error, 0.0);
+        assert_eq!(r.name(), "rerun-situ-situ-tensor-cube-none");
+    }
+
+    #[test]
+    fn an_error_past_the_tolerance_misses() {
+        let mut r = simulated_record(SITU, None, 5);
+        r.steps[3].in_use_after_forward = (r.steps[3].in_use_after_forward as f64 / 1.021) as u64;
+        let c = conform(&r).unwrap();
+        assert!(!c.in_use_after_forward.passes());
+        assert_eq!(c.in_use_after_forward.step, 4, "the worst step is reported");
+        assert!(!c.passes());
+    }
+
+    #[test]
+    fn a_different_fate_under_a_cap_misses() {
+        // Under a 16 GiB card less 1.25 GiB of desktop the tensor path dies at once.
+        let cap = (16u64 << 30) - (5 << 28);
+        let r = simulated_record(SITU, Some(cap), 5);
+        assert!(r.died.is_some(), "the simulated arm dies under the cap");
+        assert!(conform(&r).unwrap().passes());
+        let mut survived = r.clone();
+        survived.died = None;
+        assert!(!conform(&survived).unwrap().passes());
+        assert!(r.name().ends_with("-cap14.75GiB"), "{}", r.name());
+    }
 }

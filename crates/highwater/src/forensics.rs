@@ -666,6 +666,8 @@ mod tests {
             steps: 2000,
             died_at: Some(200),
             peak_in_use: vec![],
+            in_use_after_forward: vec![],
+            in_use_after_backward: vec![],
             reserved: vec![],
             pages: vec![],
             failures: vec![Failure {
