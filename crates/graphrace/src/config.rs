@@ -1,0 +1,170 @@
+//! A configuration of the serving step: the switches the incident's experiments flipped.
+//!
+//! Configurations are TOML files, one per configuration (`repro/graphrace/*.toml`), rather
+//! than CLI flags: the book's cells and the `graphrace` binary read the same files, each file
+//! says in a comment which experiment of the incident it stands for, and a rate printed
+//! anywhere can be traced back to one named file. Every switch defaults to the setting that
+//! corrupted, so a file states only what its experiment changed.
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+/// Element type of the indexer's keys, which sets the size of the transient the side reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexKeys {
+    #[default]
+    Bf16,
+    Fp8,
+}
+
+/// Whether the step is captured as a CUDA graph and replayed, or launched op by op.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Captured,
+    Eager,
+}
+
+/// One configuration, validated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Config {
+    pub name: String,
+    pub index_keys: IndexKeys,
+    pub mode: Mode,
+    /// Multi-stream overlap: the indexer's work forked onto the side stream.
+    pub overlap: bool,
+    /// The LM head writes into a buffer kept outside the graph pool.
+    pub logits_cached: bool,
+    /// The differential test's hook: a clone of the MoE output stashed before the LM head.
+    pub perturbing_clone: bool,
+    /// `record_stream` on the side's use of the transient.
+    pub record_stream: bool,
+}
+
+impl Config {
+    /// The configuration that corrupted: bf16 keys, captured, overlap on, nothing else.
+    pub fn incident() -> Config {
+        Config {
+            name: "incident".into(),
+            index_keys: IndexKeys::Bf16,
+            mode: Mode::Captured,
+            overlap: true,
+            logits_cached: false,
+            perturbing_clone: false,
+            record_stream: false,
+        }
+    }
+
+    /// Whether the side stream exists in this configuration: overlap is on and the step is
+    /// captured. In the model the eager step takes the single-stream path; see the book's
+    /// "The mechanism" for why that is an assumption.
+    pub fn uses_side_stream(&self) -> bool {
+        self.overlap && self.mode == Mode::Captured
+    }
+
+    /// Parses and validates a configuration file's text; `origin` names it in errors.
+    pub fn parse(origin: &str, text: &str) -> Result<Config, ConfigError> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError {
+            origin: origin.to_string(),
+            line: e.span().map_or(1, |s| line_of(text, s.start)),
+            reason: e.message().trim().to_string(),
+        })?;
+        let name = file.name.get_ref().trim();
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(ConfigError {
+                origin: origin.to_string(),
+                line: line_of(text, file.name.span().start),
+                reason: "`name` must be one word, not empty".into(),
+            });
+        }
+        if let (Some(record), false) = (&file.record_stream, file.overlap.unwrap_or(true))
+            && *record.get_ref()
+        {
+            return Err(ConfigError {
+                origin: origin.to_string(),
+                line: line_of(text, record.span().start),
+                reason: "`record_stream` needs `overlap = true`: without the side stream there is no cross-stream use to record".into(),
+            });
+        }
+        let d = Config::incident();
+        Ok(Config {
+            name: name.to_string(),
+            index_keys: file.index_keys.unwrap_or(d.index_keys),
+            mode: file.mode.unwrap_or(d.mode),
+            overlap: file.overlap.unwrap_or(d.overlap),
+            logits_cached: file.logits_cached.unwrap_or(d.logits_cached),
+            perturbing_clone: file.perturbing_clone.unwrap_or(d.perturbing_clone),
+            record_stream: file.record_stream.is_some_and(|r| r.into_inner()),
+        })
+    }
+}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    name: Spanned<String>,
+    index_keys: Option<IndexKeys>,
+    mode: Option<Mode>,
+    overlap: Option<bool>,
+    logits_cached: Option<bool>,
+    perturbing_clone: Option<bool>,
+    record_stream: Option<Spanned<bool>>,
+}
+
+/// A configuration file that cannot be used: where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}:{line}: {reason}")]
+pub struct ConfigError {
+    pub origin: String,
+    /// 1-based.
+    pub line: usize,
+    pub reason: String,
+}
+
+fn line_of(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_incident() {
+        let c = Config::parse("x.toml", "name = \"incident\"\n").unwrap();
+        assert_eq!(c, Config::incident());
+        let c = Config::parse("x.toml", "name = \"fp8\"\nindex_keys = \"fp8\"\n").unwrap();
+        assert_eq!(c.index_keys, IndexKeys::Fp8);
+        assert!(c.uses_side_stream());
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = Config::parse("x.toml", "name = \"a\"\n\nindex_keys = \"fp4\"\n").unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.reason.contains("unknown variant `fp4`"), "{e}");
+        let e = Config::parse("x.toml", "name = \"a\"\noverlapp = true\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.to_string().contains("unknown field `overlapp`")),
+            (2, true)
+        );
+        let e = Config::parse("x.toml", "name = \"\"\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "x.toml:1: `name` must be one word, not empty"
+        );
+        let e = Config::parse(
+            "x.toml",
+            "name = \"a\"\noverlap = false\nrecord_stream = true\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 3);
+    }
+}

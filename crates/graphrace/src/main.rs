@@ -1,0 +1,314 @@
+//! `graphrace`: the Part II model on the command line.
+//!
+//! ```text
+//! graphrace --config repro/graphrace/incident.toml --sessions 10..100 --every 10 --replays 200
+//! graphrace --config repro/graphrace/incident.toml --config repro/graphrace/overlap-off.toml --sessions 60 --json
+//! graphrace check --config repro/graphrace/incident.toml --sessions 60
+//! graphrace timeline --config repro/graphrace/incident.toml --sessions 60
+//! ```
+//!
+//! Without a subcommand it prints corruption rates: one row per concurrency, one column per
+//! configuration (or, with `--json`, one object per configuration and concurrency per line).
+//! `check` prints the static happens-before report of the captured step (exit status 0 either
+//! way: findings are the output, not a failure). `timeline` prints the kernels of the first
+//! replay in which something collided, and what collided.
+//!
+//! A configuration file that cannot be used exits with status 1 and names the file, the line
+//! and the reason; usage errors exit with clap's status 2.
+
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use graphrace::{Captured, Config, Timing, Workload};
+
+/// The CUDA-graph multi-stream race, modelled: rates, the static check, a racing replay.
+#[derive(Debug, Parser)]
+#[command(
+    name = "graphrace",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    rates: RatesArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The static happens-before check of the captured step: races and latent frees.
+    Check(OneArgs),
+    /// The first racing replay: every kernel's start and end, and what collided.
+    Timeline(OneArgs),
+}
+
+#[derive(Debug, Args)]
+struct RatesArgs {
+    /// Configuration files (TOML), e.g. repro/graphrace/incident.toml; repeat for more columns.
+    #[arg(long = "config", value_name = "PATH", required = true)]
+    configs: Vec<PathBuf>,
+    /// Concurrent sessions: `N` or `A..B` (inclusive).
+    #[arg(long, value_name = "A..B", value_parser = parse_sessions, default_value = "60")]
+    sessions: RangeInclusive<u32>,
+    /// Step through the sessions range.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    every: u32,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// One JSON object per configuration and concurrency per line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct LoadArgs {
+    /// Graph replays per trial (decode steps each session goes through).
+    #[arg(long, value_name = "N", default_value_t = Workload::default().replays)]
+    replays: u32,
+    /// Independent load tests per point.
+    #[arg(long, value_name = "N", default_value_t = Workload::default().trials)]
+    trials: u32,
+    #[arg(long, value_name = "N", default_value_t = Workload::default().seed)]
+    seed: u64,
+    /// σ of the per-replay log-normal jitter of kernel durations (the calibrated number).
+    #[arg(long, value_name = "X", default_value_t = Timing::default().jitter_sigma)]
+    sigma: f64,
+    /// Slow-down of each of two kernels running at once.
+    #[arg(long, value_name = "X", default_value_t = Timing::default().contention)]
+    contention: f64,
+}
+
+impl LoadArgs {
+    fn workload(&self) -> Workload {
+        Workload {
+            replays: self.replays,
+            trials: self.trials,
+            seed: self.seed,
+        }
+    }
+
+    fn timing(&self) -> Timing {
+        Timing {
+            jitter_sigma: self.sigma,
+            contention: self.contention,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct OneArgs {
+    /// Configuration file (TOML).
+    #[arg(long, value_name = "PATH")]
+    config: PathBuf,
+    /// Concurrent sessions.
+    #[arg(long, value_name = "N", default_value_t = 60)]
+    sessions: u32,
+    #[command(flatten)]
+    load: LoadArgs,
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_sessions(s: &str) -> Result<RangeInclusive<u32>, String> {
+    let n = |t: &str| {
+        t.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("`{t}` is not a positive number of sessions"))
+    };
+    let range = match s.split_once("..") {
+        Some((a, b)) => n(a)?..=n(b)?,
+        None => n(s)?..=n(s)?,
+    };
+    if range.is_empty() {
+        return Err(format!("`{s}` is an empty range"));
+    }
+    Ok(range)
+}
+
+fn load(path: &Path) -> Result<Config> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read configuration {}", path.display()))?;
+    Config::parse(&path.display().to_string(), &text)
+        .with_context(|| format!("invalid configuration {}", path.display()))
+}
+
+fn captured(config: &Config, sessions: u32) -> Result<Captured> {
+    Captured::new(config, sessions)
+        .with_context(|| format!("capturing `{}` at {sessions} sessions", config.name))
+}
+
+fn rates(args: &RatesArgs) -> Result<()> {
+    let configs = args
+        .configs
+        .iter()
+        .map(|p| load(p))
+        .collect::<Result<Vec<_>>>()?;
+    let sessions: Vec<u32> = args.sessions.clone().step_by(args.every as usize).collect();
+    let workload = args.load.workload();
+    let timing = args.load.timing();
+    let mut table: Vec<Vec<String>> = vec![];
+    for &s in &sessions {
+        let mut row = vec![s.to_string()];
+        for config in &configs {
+            let rate = captured(config, s)?.rate(timing, workload);
+            if args.json {
+                let line = serde_json::json!({
+                    "config": config.name,
+                    "sessions": s,
+                    "corrupted": rate.corrupted,
+                    "observed": rate.observed,
+                    "rate": rate.fraction(),
+                    "racing_replays": rate.racing_replays,
+                    "replays": rate.replays,
+                });
+                println!("{line}");
+            } else {
+                row.push(format!("{:.1} %", 100.0 * rate.fraction()));
+            }
+        }
+        table.push(row);
+    }
+    if !args.json {
+        println!(
+            "sessions corrupted ({} trials × {} replays, seed {})",
+            workload.trials, workload.replays, workload.seed
+        );
+        let mut header = vec!["sessions".to_string()];
+        header.extend(configs.iter().map(|c| c.name.clone()));
+        print_table(&header, &table);
+    }
+    Ok(())
+}
+
+fn check(args: &OneArgs) -> Result<()> {
+    let config = load(&args.config)?;
+    let captured = captured(&config, args.sessions)?;
+    let report = captured.check();
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{} at {} sessions: {} kernels, {} races, {} latent",
+        config.name,
+        args.sessions,
+        captured.graph.nodes.len(),
+        report.races().count(),
+        report.findings.len() - report.races().count()
+    );
+    for f in &report.findings {
+        println!("  {f}");
+    }
+    Ok(())
+}
+
+fn timeline(args: &OneArgs) -> Result<()> {
+    let config = load(&args.config)?;
+    let captured = captured(&config, args.sessions)?;
+    let Some((draw, replay)) =
+        captured.first_racing_replay(args.load.timing(), args.load.workload())
+    else {
+        if args.json {
+            println!("null");
+        } else {
+            println!(
+                "{} at {} sessions: no replay collided in {} trials × {} replays",
+                config.name, args.sessions, args.load.trials, args.load.replays
+            );
+        }
+        return Ok(());
+    };
+    if args.json {
+        println!("{}", serde_json::json!({"draw": draw, "replay": replay}));
+        return Ok(());
+    }
+    let g = &captured.graph;
+    println!(
+        "{} at {} sessions: trial {}, replay {}",
+        config.name, args.sessions, draw.trial, draw.replay
+    );
+    let rows: Vec<Vec<String>> = replay
+        .spans
+        .iter()
+        .map(|s| {
+            let k = &g.nodes[s.node].kernel;
+            vec![
+                k.name.clone(),
+                k.stream.name().to_string(),
+                format!("{:.1}", s.start_us),
+                format!("{:.1}", s.end_us),
+            ]
+        })
+        .collect();
+    print_table(
+        &["kernel", "stream", "start µs", "end µs"].map(String::from),
+        &rows,
+    );
+    for c in &replay.collisions {
+        println!(
+            "collision: {} {} `{}` while {} writes `{}` ({:.1}–{:.1} µs): sessions {}..{}",
+            g.nodes[c.victim_node].kernel.name,
+            if c.victim.write { "writes" } else { "reads" },
+            g.tensor_name(c.victim.tensor),
+            g.nodes[c.writer_node].kernel.name,
+            g.tensor_name(c.writer.tensor),
+            c.window_us.start,
+            c.window_us.end,
+            c.sessions.start,
+            c.sessions.end
+        );
+    }
+    Ok(())
+}
+
+fn print_table(header: &[String], rows: &[Vec<String>]) {
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([header[i].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..header.len()).map(width).collect();
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header);
+    for r in rows {
+        line(r);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match &cli.command {
+        Some(Command::Check(args)) => check(args),
+        Some(Command::Timeline(args)) => timeline(args),
+        None if cli.rates.configs.is_empty() => bail!("no --config given"),
+        None => rates(&cli.rates),
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

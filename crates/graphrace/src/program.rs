@@ -1,0 +1,182 @@
+//! What the host issues while a decode step is captured: allocations, kernel launches, frees,
+//! `record_stream` calls and cross-stream waits, in host order. A [`Program`] is plain data; the
+//! incident's step is [`crate::step::decode_step`], and tests build random ones.
+
+use serde::Serialize;
+
+/// The two CUDA streams of the incident.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    /// The stream the step is launched (and captured) on.
+    Main,
+    /// The alternate stream that multi-stream overlap forks the indexer onto.
+    Side,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 2] = [Stream::Main, Stream::Side];
+
+    /// Position in a vector clock.
+    pub fn index(self) -> usize {
+        match self {
+            Stream::Main => 0,
+            Stream::Side => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Main => "main",
+            Stream::Side => "side",
+        }
+    }
+}
+
+/// Index of a tensor in [`Program::tensors`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct TensorId(pub usize);
+
+/// Where a tensor's bytes live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Home {
+    /// Handed out by the graph's private pool when the host allocates it.
+    Pool,
+    /// Allocated before capture and kept (graph inputs, caches): never reused by the pool.
+    Static,
+}
+
+/// One tensor: a row of `row_bytes` per session.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tensor {
+    pub name: String,
+    pub row_bytes: u64,
+    pub home: Home,
+}
+
+/// A kernel's nominal duration at `sessions` concurrent sessions: `fixed_us + per_session_us ×
+/// sessions` microseconds (weights read once per step, activations per session).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Cost {
+    pub fixed_us: f64,
+    pub per_session_us: f64,
+}
+
+impl Cost {
+    pub fn at(&self, sessions: u32) -> f64 {
+        self.fixed_us + self.per_session_us * f64::from(sessions)
+    }
+}
+
+/// A kernel launch: what it reads and writes. Every access sweeps its tensor's rows in address
+/// order over the kernel's duration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Kernel {
+    pub name: String,
+    pub stream: Stream,
+    pub cost: Cost,
+    pub reads: Vec<TensorId>,
+    pub writes: Vec<TensorId>,
+}
+
+/// One host action during capture.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Op {
+    /// `torch.empty(…)` with `stream` current: the pool hands out a block tagged with it.
+    Alloc {
+        tensor: TensorId,
+        stream: Stream,
+    },
+    Launch(Kernel),
+    /// The host drops its last reference. The pool sees only this moment, in host order, not
+    /// when the GPU is done with the block.
+    Free {
+        tensor: TensorId,
+    },
+    /// `tensor.record_stream(stream)`: the pool will not reuse the block before `stream`'s use
+    /// is known to be over (during capture: not before the capture ends).
+    RecordStream {
+        tensor: TensorId,
+        stream: Stream,
+    },
+    /// An event recorded on `on` and waited on by `waiter`: the fork (side waits on main) and the
+    /// join (main waits on side) of multi-stream overlap.
+    Wait {
+        waiter: Stream,
+        on: Stream,
+    },
+}
+
+/// A captured step as the host issued it, at a given concurrency.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Program {
+    /// Concurrent sessions: one row of every tensor per session.
+    pub sessions: u32,
+    pub tensors: Vec<Tensor>,
+    pub ops: Vec<Op>,
+}
+
+impl Program {
+    pub fn new(sessions: u32) -> Program {
+        Program {
+            sessions,
+            ..Program::default()
+        }
+    }
+
+    fn tensor(&mut self, name: &str, row_bytes: u64, home: Home) -> TensorId {
+        self.tensors.push(Tensor {
+            name: name.to_string(),
+            row_bytes,
+            home,
+        });
+        TensorId(self.tensors.len() - 1)
+    }
+
+    /// A tensor that lives outside the graph pool for the whole run.
+    pub fn fixed(&mut self, name: &str, row_bytes: u64) -> TensorId {
+        self.tensor(name, row_bytes, Home::Static)
+    }
+
+    /// A tensor allocated from the pool now, on `stream`.
+    pub fn alloc(&mut self, name: &str, stream: Stream, row_bytes: u64) -> TensorId {
+        let tensor = self.tensor(name, row_bytes, Home::Pool);
+        self.ops.push(Op::Alloc { tensor, stream });
+        tensor
+    }
+
+    pub fn launch(
+        &mut self,
+        name: &str,
+        stream: Stream,
+        cost: Cost,
+        reads: &[TensorId],
+        writes: &[TensorId],
+    ) {
+        self.ops.push(Op::Launch(Kernel {
+            name: name.to_string(),
+            stream,
+            cost,
+            reads: reads.to_vec(),
+            writes: writes.to_vec(),
+        }));
+    }
+
+    pub fn free(&mut self, tensor: TensorId) {
+        self.ops.push(Op::Free { tensor });
+    }
+
+    pub fn record_stream(&mut self, tensor: TensorId, stream: Stream) {
+        self.ops.push(Op::RecordStream { tensor, stream });
+    }
+
+    pub fn wait(&mut self, waiter: Stream, on: Stream) {
+        self.ops.push(Op::Wait { waiter, on });
+    }
+
+    /// Bytes of a tensor at this concurrency.
+    pub fn bytes(&self, tensor: TensorId) -> u64 {
+        self.tensors[tensor.0].row_bytes * u64::from(self.sessions)
+    }
+}
