@@ -196,7 +196,7 @@ fn check(args: &OneArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{} at {} sessions: {} kernels, {} races, {} latent",
+        "{} at {} sessions: {} kernels; races: {}, latent hazards: {}",
         config.name,
         args.sessions,
         captured.graph.nodes.len(),
