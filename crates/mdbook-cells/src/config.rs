@@ -27,6 +27,17 @@ pub struct Config {
     /// Bytes of printed output or value kept per cell; the rest is cut with a note.
     #[serde(default = "default_output_limit")]
     pub output_limit: usize,
+    /// Run `gpu` cells (on a machine with a CUDA GPU) and freeze their outputs.
+    /// `MDBOOK_CELLS_GPU=1` also sets it.
+    #[serde(default)]
+    pub gpu: bool,
+    /// The GPU's name for freeze badges, instead of asking `nvidia-smi` (a machine whose
+    /// tool is elsewhere; tests). Setting it also says the machine has a GPU.
+    #[serde(default)]
+    pub gpu_name: Option<String>,
+    /// Where GPU cells' frozen outputs live, relative to the book root (commit it).
+    #[serde(default = "default_freeze_dir")]
+    pub freeze_dir: PathBuf,
     /// Extra files or folders whose contents every cell's output depends on. The folders of
     /// path dependencies are always included.
     #[serde(default)]
@@ -38,6 +49,9 @@ pub struct Config {
 
 fn default_cache_dir() -> PathBuf {
     PathBuf::from("target/mdbook-cells")
+}
+fn default_freeze_dir() -> PathBuf {
+    PathBuf::from("freeze")
 }
 fn default_timeout() -> u64 {
     60
@@ -53,6 +67,9 @@ const KNOWN: &[&str] = &[
     "timeout",
     "output-limit",
     "inputs",
+    "gpu",
+    "gpu-name",
+    "freeze-dir",
 ];
 const MDBOOK_KEYS: &[&str] = &["command", "before", "after", "renderers", "optional"];
 
@@ -65,6 +82,9 @@ impl Default for Config {
             timeout: default_timeout(),
             output_limit: default_output_limit(),
             inputs: Vec::new(),
+            gpu: false,
+            gpu_name: None,
+            freeze_dir: default_freeze_dir(),
             other: BTreeMap::new(),
         }
     }

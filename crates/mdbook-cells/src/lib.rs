@@ -10,6 +10,7 @@ pub mod cache;
 pub mod compile;
 pub mod config;
 pub mod execute;
+pub mod freeze;
 pub mod parse;
 pub mod render;
 
@@ -105,8 +106,11 @@ struct Found {
     doc: usize,
     segment: usize,
     module: String,
-    /// The cache key; `None` for cells that are not run (preludes, GPU cells, bad options).
+    /// The cache key; `None` for cells that are not run (preludes, bad options, GPU cells
+    /// without GPU runs).
     key: Option<String>,
+    /// A GPU cell's freeze file and the hash its freeze must carry to be current.
+    freeze: Option<(PathBuf, String)>,
 }
 
 /// Every chapter parsed, with its prelude and its cells' keys.
@@ -133,7 +137,10 @@ impl Plan {
 /// whether they fail the build.
 pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Report, Error> {
     let mut report = Report::default();
-    let mut plan = plan(root, config, docs);
+    let gpu = freeze::requested(config.gpu)
+        .then(|| config.gpu_name.clone().or_else(freeze::gpu_name))
+        .flatten();
+    let mut plan = plan(root, config, docs, gpu.is_some());
     report.cells = plan.cells.iter().filter(|f| f.key.is_some()).count();
 
     let cache_dir = root.join(&config.cache_dir);
@@ -177,13 +184,55 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
     let live: HashSet<String> = plan.cells.iter().filter_map(|f| f.key.clone()).collect();
     cache.retain(&live).map_err(cache_error)?;
     drop(cache);
+    if let Some(gpu) = &gpu {
+        freeze_gpu_outputs(&plan, &outcomes, gpu, &mut report);
+    }
 
     render_pages(docs, &mut plan, &outcomes, &prelude_errors, &mut report);
     Ok(report)
 }
 
-/// Parses every chapter, finds each one's prelude, and keys every runnable cell.
-fn plan(root: &Path, config: &Config, docs: &[Document]) -> Plan {
+/// Writes the freeze of every GPU cell that ran and succeeded, unless an identical one exists.
+fn freeze_gpu_outputs(
+    plan: &Plan,
+    outcomes: &HashMap<String, Stored>,
+    gpu: &str,
+    report: &mut Report,
+) {
+    for f in &plan.cells {
+        let (Some((path, source)), Some(stored)) = (&f.freeze, outcomes.get(&f.module)) else {
+            continue;
+        };
+        if is_failure(&stored.kind) {
+            continue;
+        }
+        let current = freeze::read(path);
+        if current
+            .as_ref()
+            .is_some_and(|c| &c.source == source && &c.output == stored && c.gpu == gpu)
+        {
+            continue;
+        }
+        let frozen = freeze::Freeze {
+            source: source.clone(),
+            gpu: gpu.to_string(),
+            date: cell_output::utc_now(),
+            command: freeze::COMMAND.into(),
+            output: stored.clone(),
+        };
+        if let Err(e) = freeze::write(path, &frozen) {
+            report.problems.push(Problem {
+                file: path.display().to_string(),
+                line: 0,
+                reason: format!("cannot write the GPU cell's freeze: {e}"),
+            });
+        }
+    }
+}
+
+/// Parses every chapter, finds each one's prelude, and keys every runnable cell; `gpu_runs`:
+/// GPU cells run too.
+fn plan(root: &Path, config: &Config, docs: &[Document], gpu_runs: bool) -> Plan {
     let parsed: Vec<Vec<Segment>> = docs.iter().map(|d| parse::split(&d.content)).collect();
     let mut preludes: Vec<Option<(String, usize)>> = vec![None; docs.len()];
     let mut cell_errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
@@ -207,18 +256,17 @@ fn plan(root: &Path, config: &Config, docs: &[Document]) -> Plan {
     let environment = environment_key(root, config);
     let mut cells = Vec::new();
     for (d, segments) in parsed.iter().enumerate() {
+        let mut gpu_cells = 0;
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
-            let runnable = !c.options.prelude
-                && !c.options.gpu
+            let valid = !c.options.prelude
                 && c.option_errors.is_empty()
                 && !cell_errors.contains_key(&(d, s));
-            let key = runnable.then(|| {
-                let mut h = environment.clone();
+            // Only what changes the run is hashed: captions, ids and hide-… are free.
+            let inputs = |mut h: KeyHasher| {
                 if let Some((p, _)) = &preludes[d] {
                     h.part("prelude", p.as_bytes());
                 }
-                // Only what changes the run is hashed: captions, ids and hide-… are free.
                 h.part("code", c.code.as_bytes())
                     .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())
                     .part("expect-fail", &[u8::from(c.options.expect_fail)]);
@@ -226,12 +274,20 @@ fn plan(root: &Path, config: &Config, docs: &[Document]) -> Plan {
                     h.tree(&root.join(read));
                 }
                 h.finish()
+            };
+            let freeze = (valid && c.options.gpu).then(|| {
+                gpu_cells += 1;
+                let path = freeze::path(root, &config.freeze_dir, &docs[d].source, gpu_cells);
+                (path, inputs(KeyHasher::default()))
             });
+            let runnable = valid && (!c.options.gpu || gpu_runs);
+            let key = runnable.then(|| inputs(environment.clone()));
             cells.push(Found {
                 doc: d,
                 segment: s,
                 module: module_name(&docs[d].source, s),
                 key,
+                freeze,
             });
         }
     }
@@ -386,6 +442,15 @@ fn render_pages(
         .iter()
         .map(|f| ((f.doc, f.segment), f.module.as_str()))
         .collect();
+    // GPU cells: where their freeze is, unless they ran in this build (then shown as run).
+    let freeze_at: HashMap<(usize, usize), Option<&(PathBuf, String)>> = plan
+        .cells
+        .iter()
+        .map(|f| {
+            let ran = outcomes.contains_key(&f.module);
+            ((f.doc, f.segment), f.freeze.as_ref().filter(|_| !ran))
+        })
+        .collect();
     for (d, segments) in plan.parsed.iter().enumerate() {
         let doc = &docs[d];
         let mut page = String::with_capacity(doc.content.len());
@@ -414,11 +479,49 @@ fn render_pages(
                             Some(e) => failed("the prelude did not compile", e.clone()),
                             None => Shown::Nothing,
                         }
-                    } else if c.options.gpu {
-                        Shown::Note(
-                            "This cell needs a GPU run; no recorded output exists for it yet."
-                                .into(),
-                        )
+                    } else if let Some((path, source)) = &freeze_at[&(d, s)] {
+                        match freeze::read(path) {
+                            Some(f) => {
+                                let stale = &f.source != source;
+                                if stale {
+                                    report.problems.push(Problem {
+                                        file: doc.source.clone(),
+                                        line: c.fence_line,
+                                        reason: format!(
+                                            "the GPU cell's frozen output ({}) is stale: its \
+                                             code or inputs changed since it ran on {} at {}; \
+                                             rerun `{}` on a machine with a CUDA GPU",
+                                            path.display(),
+                                            f.gpu,
+                                            f.date,
+                                            freeze::COMMAND
+                                        ),
+                                    });
+                                }
+                                Shown::Frozen {
+                                    badge: f.badge(),
+                                    stored: f.output,
+                                    stale,
+                                }
+                            }
+                            None => {
+                                report.problems.push(Problem {
+                                    file: doc.source.clone(),
+                                    line: c.fence_line,
+                                    reason: format!(
+                                        "the GPU cell has no frozen output at {}; run `{}` on a \
+                                         machine with a CUDA GPU",
+                                        path.display(),
+                                        freeze::COMMAND
+                                    ),
+                                });
+                                Shown::Note(format!(
+                                    "This cell needs a GPU run; no recorded output exists for it \
+                                     yet ({}).",
+                                    path.display()
+                                ))
+                            }
+                        }
                     } else {
                         match outcomes.get(module) {
                             Some(stored) => shown_for(c, stored),

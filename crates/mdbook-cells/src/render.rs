@@ -18,7 +18,14 @@ pub enum Shown<'a> {
         stdout: String,
         expected: bool,
     },
-    /// A note instead of output (a GPU cell on a machine without GPU runs).
+    /// A GPU cell's output recorded on a GPU earlier, under a badge; `stale` when the cell or
+    /// its inputs changed since.
+    Frozen {
+        stored: Stored,
+        badge: String,
+        stale: bool,
+    },
+    /// A note instead of output (a GPU cell that has never run on a GPU).
     Note(String),
     /// Nothing under the code (a prelude).
     Nothing,
@@ -106,6 +113,26 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
         Shown::Nothing => {}
         Shown::Note(note) => {
             let _ = writeln!(out, "<div class=\"cell-note\">{}</div>", escape(note));
+        }
+        Shown::Frozen {
+            stored,
+            badge,
+            stale,
+        } => {
+            let (class, warning) = if *stale {
+                (
+                    "cell-badge cell-stale",
+                    " — stale: the cell or its inputs changed since",
+                )
+            } else {
+                ("cell-badge", "")
+            };
+            let _ = writeln!(
+                out,
+                "<div class=\"{class}\">{}{warning}</div>",
+                escape(badge)
+            );
+            out.push_str(&shown_html(&Shown::Output(stored), caption));
         }
         Shown::Failure {
             label,

@@ -350,3 +350,54 @@ fn two_builds_at_once_take_turns_on_the_cache() {
     let report = process(&root, &config(&root, &cache), &mut docs).unwrap();
     assert_eq!((report.ran, report.cached), (0, 8));
 }
+
+#[test]
+fn gpu_cells_freeze_on_a_gpu_and_render_frozen_elsewhere() {
+    let freeze = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cells-gpu-freeze");
+    let _ = std::fs::remove_dir_all(&freeze);
+    let chapter = |code: &str| format!("# GPU\n\n```cell\n//| gpu\n{code}\n```\n");
+    let cpu = || {
+        let f = freeze.clone();
+        move |c: &mut Config| c.freeze_dir = f
+    };
+    let gpu = || {
+        let f = freeze.clone();
+        move |c: &mut Config| {
+            c.freeze_dir = f;
+            c.gpu = true;
+            c.gpu_name = Some("Test GPU H0".into());
+        }
+    };
+
+    let (page, report) = run_text("gpu", &chapter("6 * 7"), cpu());
+    assert!(page.contains("needs a GPU run"), "{page}");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(report.problems[0].reason.contains("no frozen output"));
+
+    let (page, report) = run_text("gpu", &chapter("6 * 7"), gpu());
+    assert!(
+        page.contains("42") && !page.contains("cell-badge"),
+        "{page}"
+    );
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let file = freeze.join("inline/gpu-1.json");
+    let frozen = std::fs::read_to_string(&file).expect("the run wrote its freeze");
+    assert!(frozen.contains("Test GPU H0") && frozen.contains("MDBOOK_CELLS_GPU=1 mdbook build"));
+
+    let (page, report) = run_text("gpu", &chapter("6 * 7"), cpu());
+    assert!(
+        page.contains("GPU output recorded on Test GPU H0 at "),
+        "{page}"
+    );
+    assert!(page.contains("42") && !page.contains("stale"), "{page}");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+
+    let (page, report) = run_text("gpu", &chapter("6 * 8"), cpu());
+    assert!(page.contains("42") && page.contains("cell-stale"), "{page}");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(report.problems[0].reason.contains("stale"));
+    assert_eq!(
+        report.problems[0].line, 3,
+        "the problem is at the cell's fence"
+    );
+}

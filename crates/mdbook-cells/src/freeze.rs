@@ -1,0 +1,89 @@
+//! GPU cells and their frozen outputs (Quarto's `freeze`).
+//!
+//! A cell marked `gpu` runs only when GPU runs are on (`gpu = true` under
+//! `[preprocessor.cells]`, or `MDBOOK_CELLS_GPU=1`) *and* the machine has a CUDA GPU
+//! (`nvidia-smi` names one). Each such run writes the cell's output to a freeze file, committed
+//! with the book: `<freeze-dir>/<chapter>/gpu-<n>.json`, `n` counting the chapter's GPU cells
+//! from 1. Everywhere else the freeze is rendered under a badge saying where, when and by which
+//! command it was made. The freeze records a hash of what the output depends on — the cell's
+//! code, its chapter's prelude, its options that change a run, and the files it `reads` — but
+//! not the toolchain or dependency versions (a CPU machine would otherwise see every freeze go
+//! stale with each compiler update). When that hash no longer matches, the freeze is *stale*:
+//! shown, flagged, and a problem (strict builds fail).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::Stored;
+
+/// One GPU cell's recorded output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Freeze {
+    /// Hash of what the output depends on (see the module docs).
+    pub source: String,
+    /// The GPU, as `nvidia-smi` names it.
+    pub gpu: String,
+    /// UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub date: String,
+    /// The command that ran it.
+    pub command: String,
+    pub output: Stored,
+}
+
+impl Freeze {
+    /// The badge over the output.
+    pub fn badge(&self) -> String {
+        format!(
+            "GPU output recorded on {} at {} by `{}`",
+            self.gpu, self.date, self.command
+        )
+    }
+}
+
+/// The command that makes freezes, as the badge names it.
+pub const COMMAND: &str = "MDBOOK_CELLS_GPU=1 mdbook build";
+
+/// Where chapter `chapter`'s `n`-th GPU cell (1-based) is frozen.
+pub fn path(root: &Path, freeze_dir: &Path, chapter: &str, n: usize) -> PathBuf {
+    let chapter = Path::new(chapter);
+    let chapter = chapter.strip_prefix("src").unwrap_or(chapter);
+    root.join(freeze_dir)
+        .join(chapter.with_extension(""))
+        .join(format!("gpu-{n}.json"))
+}
+
+/// The freeze at `path`, if there is a readable one.
+pub fn read(path: &Path) -> Option<Freeze> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Writes `freeze` to `path` atomically (a reader sees the old file or the new one).
+pub fn write(path: &Path, freeze: &Freeze) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(freeze).map_err(std::io::Error::other)? + "\n";
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Whether GPU runs were asked for: the config or `MDBOOK_CELLS_GPU`.
+pub fn requested(config_gpu: bool) -> bool {
+    config_gpu || std::env::var("MDBOOK_CELLS_GPU").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// The first CUDA GPU's name, if this machine has one.
+pub fn gpu_name() -> Option<String> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name", "--format=csv,noheader"])
+        .output()
+        .ok()?;
+    let name = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .trim()
+        .to_string();
+    (out.status.success() && !name.is_empty()).then_some(name)
+}
