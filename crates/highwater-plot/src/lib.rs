@@ -25,11 +25,15 @@ mod deaths;
 mod frame;
 mod highwater;
 mod legend;
+mod rates;
 mod theme;
+mod timeline;
 mod units;
 
 pub use bars::{Bar, StackedBars};
 pub use deaths::DeathHistogram;
 pub use highwater::{HighWaterChart, Series};
+pub use rates::{Curve, RateChart};
 pub use theme::PALETTE;
+pub use timeline::{Lane, Mark, Timeline};
 pub use units::format_bytes;
