@@ -154,11 +154,16 @@ impl<B: TrainBackend> Trainer<B> {
         let start = Instant::now();
 
         self.phase = Phase::Forward;
-        let loss = self.forward();
+        let batch = self.batch();
+        let loss = self.forward(batch.clone());
         let (in_use_after_forward, _) = in_use(Phase::Forward)?;
 
         self.phase = Phase::Backward;
         let mut grads = loss.backward();
+        // The batch's gradient goes upstream and is gone, as an embedding's backward would
+        // consume it; only the parameters' gradients wait for the optimizer.
+        drop(batch.grad_remove(&mut grads));
+        drop(batch);
         let (in_use_after_backward, _) = in_use(Phase::Backward)?;
         let loss = read_loss.then(|| loss.into_scalar().elem::<f64>());
 
@@ -176,12 +181,19 @@ impl<B: TrainBackend> Trainer<B> {
         })
     }
 
+    /// A fresh `[N, d_model]` batch. Tracked, as the embedding output it stands for is: the
+    /// rest of the model's first activations are kept for backward only behind a tracked input.
+    fn batch(&self) -> Tensor<B, 2> {
+        let r = &self.recipe;
+        let (n, d) = (r.tokens() as usize, r.d_model as usize);
+        Tensor::<B, 2>::random([n, d], Distribution::Normal(0.0, 1.0), &self.device).require_grad()
+    }
+
     /// The forward pass as `highwater::trace` models it; returns the loss.
-    fn forward(&self) -> Tensor<B, 1> {
+    fn forward(&self, batch: Tensor<B, 2>) -> Tensor<B, 1> {
         let r = &self.recipe;
         let stack = &self.model.stack;
-        let (n, d) = (r.tokens() as usize, r.d_model as usize);
-        let mut x = Tensor::<B, 2>::random([n, d], Distribution::Normal(0.0, 1.0), &self.device);
+        let mut x = batch;
         let rest_count = r.rest.live_bytes / r.rest.tensor_bytes;
         let piece = (r.rest.tensor_bytes / r.dtype.size()) as usize;
         for it in 0..stack.max_iter as u64 {
