@@ -57,6 +57,9 @@ __device__ __forceinline__ void wait_cycles(long long cycles) {
 
 extern "C" __global__ void bump(u32* epoch) { *epoch += 1; }
 
+// One thread spinning for a known number of cycles: times the SM clock against the host's.
+extern "C" __global__ void spin(long long cycles) { wait_cycles(cycles); }
+
 // Sweeps `rows` rows of dst in address order; all blocks share each row, then wait.
 // copy = 1: dst = src (same row width); copy = 0: dst = gen(tag, …), src is read too.
 extern "C" __global__ void sweep(const u32* src, u32 src_row_words, u32* dst, u32 dst_row_words,
@@ -159,6 +162,7 @@ struct Record {
     driver: String,
     date: String,
     git_revision: String,
+    /// SM clock measured at start-up (kHz): the kernels' waits are in its cycles.
     sm_clock_khz: i32,
     settings: Settings,
     results: Vec<ArmResult>,
@@ -230,14 +234,21 @@ impl Gpu {
         let ptx =
             cudarc::nvrtc::compile_ptx(KERNELS).context("compiling the kernels with NVRTC")?;
         let module = ctx.load_module(ptx)?;
-        let clock_khz = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?;
+        let spin = module.load_function("spin")?;
+        let cycles_per_us = measure_clock(&main, &spin).or_else(|_| {
+            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
+                .map(|khz| f64::from(khz) / 1000.0)
+        })?;
+        if cycles_per_us <= 0.0 {
+            bail!("could not tell the SM clock");
+        }
         Ok(Gpu {
             sweep: module.load_function("sweep")?,
             bump: module.load_function("bump")?,
             verify: module.load_function("verify")?,
             tally: module.load_function("tally")?,
             hog: module.load_function("hog")?,
-            cycles_per_us: f64::from(clock_khz) / 1000.0,
+            cycles_per_us,
             ctx,
             main,
             side,
@@ -395,6 +406,25 @@ impl Gpu {
         }
         Ok(())
     }
+}
+
+/// SM cycles per µs, measured: one thread spins 4·10⁸ cycles (a fraction of a second) while the
+/// host times it. The kernels' waits are in cycles, so this is what maps the model's µs onto
+/// the GPU, whatever the clock runs at under load.
+fn measure_clock(stream: &Arc<CudaStream>, spin: &CudaFunction) -> Result<f64> {
+    let one = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (1, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let cycles: i64 = 400_000_000;
+    let small: i64 = 1_000;
+    unsafe { stream.launch_builder(spin).arg(&small).launch(one)? };
+    stream.synchronize()?;
+    let t = Instant::now();
+    unsafe { stream.launch_builder(spin).arg(&cycles).launch(one)? };
+    stream.synchronize()?;
+    Ok(cycles as f64 / (t.elapsed().as_secs_f64() * 1e6))
 }
 
 fn tensor(program: &Program, name: &str) -> TensorId {
