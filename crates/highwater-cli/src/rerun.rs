@@ -90,9 +90,21 @@ struct Log<'a> {
     every: u64,
 }
 
+impl Log<'_> {
+    /// A log line: above the bar on a terminal, else straight to stdout (a hidden bar prints
+    /// nothing).
+    fn line(&self, text: String) {
+        if self.bar.is_hidden() {
+            println!("{text}");
+        } else {
+            self.bar.println(text);
+        }
+    }
+}
+
 impl Observer for Log<'_> {
     fn started(&mut self, d: &DeviceMemory) {
-        self.bar.println(format!(
+        self.line(format!(
             "device: total {} | free at start {} | cap {} | ballast {} | pool may take {}",
             size(d.total_bytes),
             size(d.free_at_start),
@@ -108,7 +120,7 @@ impl Observer for Log<'_> {
             .set_message(format!("in use {}", size(m.in_use_after_forward)));
         if m.step == 1 || m.step % self.every == 0 || m.step == self.steps {
             let loss = m.loss.map_or("–".into(), |l| format!("{l:.6}"));
-            self.bar.println(format!(
+            self.line(format!(
                 "step {:>5}/{} | loss {loss} | in use after fwd {} after bwd {} | reserved {} | \
                  {:.1} ms | {counters}",
                 m.step,
@@ -122,12 +134,25 @@ impl Observer for Log<'_> {
     }
 
     fn died(&mut self, d: &MeasuredDeath) {
-        self.bar.println(format!(
-            "step {:>5}/{} | died in {}: {}",
+        let pages = if d.failed_pages.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " | {} failed reserves, pages {}",
+                d.failed_pages.len(),
+                d.failed_pages
+                    .iter()
+                    .map(|&p| size(p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        self.line(format!(
+            "step {:>5}/{} | died in {}: {}{pages}",
             d.step,
             self.steps,
             name_of(d.phase),
-            d.message
+            d.message.lines().next().unwrap_or_default()
         ));
     }
 }

@@ -91,8 +91,11 @@ pub struct MeasuredStep {
 pub struct MeasuredDeath {
     pub step: u64,
     pub phase: Phase,
-    /// The error exactly as burn/cubecl reported it.
+    /// The first error exactly as burn/cubecl reported it.
     pub message: String,
+    /// Every failed device allocation of the step, in bytes (the pool's page sizes), in order.
+    #[serde(default)]
+    pub failed_pages: Vec<u64>,
 }
 
 /// A run recorded on a GPU by `highwater rerun`.
@@ -327,6 +330,7 @@ mod tests {
             step,
             phase: Phase::Forward,
             message: "out of memory".into(),
+            failed_pages: vec![],
         });
         record
     }

@@ -19,6 +19,7 @@ use cubecl::Runtime;
 use highwater::conform::{DeviceMemory, MeasuredDeath, MeasuredStep, RerunRecord};
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
+use highwater::trace::Phase;
 
 use crate::SOFT_CAP;
 use crate::counters::SituCounts;
@@ -103,6 +104,7 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
     plan: &RerunPlan,
     observer: &mut dyn Observer,
 ) -> Result<Outcome, RerunError> {
+    watch_allocation_failures();
     let device = CudaDevice::default();
     let probe = CudaProbe::<B> {
         device: device.clone(),
@@ -121,8 +123,9 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
         Err(panic) => {
             let death = MeasuredDeath {
                 step: 0,
-                phase: highwater::trace::Phase::Init,
+                phase: Phase::Init,
                 message: panic_message(&panic),
+                failed_pages: vec![],
             };
             observer.died(&death);
             return Ok((memory, steps, Some(death)));
@@ -132,13 +135,27 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
     for step in 1..=plan.steps {
         let read_loss = step % plan.log_every == 0 || step == plan.steps;
         let result = catch_unwind(AssertUnwindSafe(|| trainer.step(&probe, read_loss)));
-        let outcome = result.unwrap_or_else(|panic| {
+        let mut outcome = result.unwrap_or_else(|panic| {
             Err(MeasuredDeath {
                 step,
                 phase: trainer.phase(),
                 message: panic_message(&panic),
+                failed_pages: vec![],
             })
         });
+        // A failed reserve does not stop burn: cubecl-cuda 0.10 panics on its server thread,
+        // the panic is caught there and the tensor is left without memory; syncs still succeed.
+        // A trainer that reads its loss would die at that read (the incident's "loss is not a
+        // scalar"): the run ends at the first step with a failed reserve.
+        let failed = ALLOCATION_FAILURES.drain();
+        if let (Ok(_), Some((phase, first))) = (&outcome, failed.first()) {
+            outcome = Err(MeasuredDeath {
+                step,
+                phase: *phase,
+                message: first.clone(),
+                failed_pages: failed.iter().filter_map(|(_, m)| page_of(m)).collect(),
+            });
+        }
         match outcome {
             Ok(m) => {
                 observer.step(&m, &SituCounts::now().to_string());
@@ -152,6 +169,65 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
         }
     }
     Ok((memory, steps, died))
+}
+
+/// Failed device allocations reported by panics on cubecl's server thread, with the phase the
+/// trainer was in.
+struct AllocationFailures(std::sync::Mutex<Vec<(Phase, String)>>);
+
+static ALLOCATION_FAILURES: AllocationFailures = AllocationFailures(std::sync::Mutex::new(vec![]));
+static PHASE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+impl AllocationFailures {
+    fn drain(&self) -> Vec<(Phase, String)> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// cubecl-cuda 0.10's message for a refused page (compute/server.rs:124).
+const REFUSED: &str = "can't allocate buffer of size: ";
+
+fn page_of(message: &str) -> Option<u64> {
+    let tail = &message[message.find(REFUSED)? + REFUSED.len()..];
+    tail.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Keeps the default panic output (the log shows cubecl's own messages) and notes every
+/// refused page.
+fn watch_allocation_failures() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            if message.contains(REFUSED) {
+                let phase = phase_from(PHASE.load(std::sync::atomic::Ordering::Relaxed));
+                ALLOCATION_FAILURES
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((phase, message));
+            }
+            default(info);
+        }));
+    });
+}
+
+fn phase_from(code: u8) -> Phase {
+    match code {
+        1 => Phase::Forward,
+        2 => Phase::Backward,
+        3 => Phase::Optimizer,
+        _ => Phase::Init,
+    }
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -171,6 +247,16 @@ struct CudaProbe<B> {
 impl<B: burn::tensor::backend::Backend<Device = CudaDevice>> PoolProbe for CudaProbe<B> {
     fn sync(&self) -> Result<(), String> {
         B::sync(&self.device).map_err(|e| e.to_string())
+    }
+
+    fn phase(&self, phase: Phase) {
+        let code = match phase {
+            Phase::Init => 0,
+            Phase::Forward => 1,
+            Phase::Backward => 2,
+            Phase::Optimizer => 3,
+        };
+        PHASE.store(code, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn usage(&self) -> Result<Option<PoolUsage>, String> {

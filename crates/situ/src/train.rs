@@ -48,6 +48,8 @@ pub trait PoolProbe {
     fn sync(&self) -> Result<(), String>;
     /// The pool's figures, `None` on a backend without a pool (burn-ndarray).
     fn usage(&self) -> Result<Option<PoolUsage>, String>;
+    /// The step enters `phase` (so that an error reported asynchronously can be placed).
+    fn phase(&self, _phase: Phase) {}
 }
 
 /// For backends without a pool: syncs nothing, reads nothing.
@@ -144,6 +146,7 @@ impl<B: TrainBackend> Trainer<B> {
                 step,
                 phase,
                 message,
+                failed_pages: vec![],
             }
         };
         let in_use = |phase: Phase| -> Result<(u64, u64), MeasuredDeath> {
@@ -154,11 +157,13 @@ impl<B: TrainBackend> Trainer<B> {
         let start = Instant::now();
 
         self.phase = Phase::Forward;
+        probe.phase(self.phase);
         let batch = self.batch();
         let loss = self.forward(batch.clone());
         let (in_use_after_forward, _) = in_use(Phase::Forward)?;
 
         self.phase = Phase::Backward;
+        probe.phase(self.phase);
         let mut grads = loss.backward();
         // The batch's gradient goes upstream and is gone, as an embedding's backward would
         // consume it; only the parameters' gradients wait for the optimizer.
@@ -168,6 +173,7 @@ impl<B: TrainBackend> Trainer<B> {
         let loss = read_loss.then(|| loss.into_scalar().elem::<f64>());
 
         self.phase = Phase::Optimizer;
+        probe.phase(self.phase);
         self.update(&mut grads);
         drop(grads);
         let (_, reserved) = in_use(Phase::Optimizer)?;
