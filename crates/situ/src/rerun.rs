@@ -148,13 +148,19 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
         // A trainer that reads its loss would die at that read (the incident's "loss is not a
         // scalar"): the run ends at the first step with a failed reserve.
         let failed = ALLOCATION_FAILURES.drain();
-        if let (Ok(_), Some((phase, first))) = (&outcome, failed.first()) {
-            outcome = Err(MeasuredDeath {
-                step,
-                phase: *phase,
-                message: first.clone(),
-                failed_pages: failed.iter().filter_map(|(_, m)| page_of(m)).collect(),
-            });
+        let pages: Vec<u64> = failed.iter().filter_map(|(_, m)| page_of(m)).collect();
+        match (&mut outcome, failed.first()) {
+            (Ok(_), Some((phase, first))) => {
+                outcome = Err(MeasuredDeath {
+                    step,
+                    phase: *phase,
+                    message: first.clone(),
+                    failed_pages: pages,
+                });
+            }
+            // The step itself failed (a panic downstream of a refused page, e.g. autotune).
+            (Err(death), _) => death.failed_pages = pages,
+            (Ok(_), None) => {}
         }
         match outcome {
             Ok(m) => {
