@@ -253,7 +253,9 @@ pub fn conform(record: &RerunRecord) -> Result<Conformance, ConformError> {
     if measured.is_empty() && record.died.is_none() {
         return Err(ConformError::NoSteps);
     }
-    let worst = |tolerance: f64, pick: &dyn Fn(&MeasuredStep, usize) -> Option<(u64, u64)>| {
+    // (measured, predicted) of one figure at one step, if both arms have it.
+    type Pick<'a> = &'a dyn Fn(&MeasuredStep, usize) -> Option<(u64, u64)>;
+    let worst = |tolerance: f64, pick: Pick| {
         measured
             .iter()
             .enumerate()

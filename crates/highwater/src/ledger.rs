@@ -610,13 +610,14 @@ impl<'a> Analysis<'a> {
                                 && storage[j] != Storage::Fused
                                 && (holds(&kept[j]) || last_use(j).is_some_and(|u| u >= i))
                         });
+                        // Fusion writes a fused kernel's output to a fresh buffer rather than
+                        // into a strided view of another tensor (measured on the H200: the SiTU
+                        // tensor path's `u/c` then frees `mid` instead of pinning it, 32 MiB
+                        // less per call than CubeBackend).
+                        let fused_view = self.backend == Backend::Fusion
+                            && matches!(storage[t.0], Storage::View(_));
                         !matches!(storage[t.0], Storage::External | Storage::Fused)
-                            // Fusion writes a fused kernel's output to a fresh buffer rather
-                            // than into a strided view of another tensor (measured on the H200:
-                            // the SiTU tensor path's `u/c` then frees `mid` instead of pinning
-                            // it, 32 MiB less per call than CubeBackend).
-                            && !(self.backend == Backend::Fusion
-                                && matches!(storage[t.0], Storage::View(_)))
+                            && !fused_view
                             && !holds(&kept[t.0])
                             && last_use(t.0) == Some(i)
                             && nd.inputs.iter().filter(|x| **x == t).count() == 1
