@@ -118,7 +118,7 @@ impl Observer for Log<'_> {
         self.bar.inc(1);
         self.bar
             .set_message(format!("in use {}", size(m.in_use_after_forward)));
-        if m.step == 1 || m.step % self.every == 0 || m.step == self.steps {
+        if m.step == 1 || m.step.is_multiple_of(self.every) || m.step == self.steps {
             let loss = m.loss.map_or("–".into(), |l| format!("{l:.6}"));
             self.line(format!(
                 "step {:>5}/{} | loss {loss} | in use after fwd {} after bwd {} | reserved {} | \

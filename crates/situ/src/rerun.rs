@@ -64,7 +64,7 @@ pub enum RerunError {
     Cap { cap: u64, free: u64, total: u64 },
 }
 
-/// Runs `plan` on GPU 0 and returns the record (the provenance is filled in by the caller).
+/// Runs `plan` on GPU 0 and returns its record, headed by `provenance`.
 pub fn rerun(
     plan: &RerunPlan,
     provenance: highwater::conform::Provenance,
@@ -133,7 +133,7 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
     };
     let mut died = None;
     for step in 1..=plan.steps {
-        let read_loss = step % plan.log_every == 0 || step == plan.steps;
+        let read_loss = step.is_multiple_of(plan.log_every) || step == plan.steps;
         let result = catch_unwind(AssertUnwindSafe(|| trainer.step(&probe, read_loss)));
         let mut outcome = result.unwrap_or_else(|panic| {
             Err(MeasuredDeath {
@@ -208,12 +208,7 @@ fn watch_allocation_failures() {
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let message = info
-                .payload()
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let message = payload_text(info.payload()).unwrap_or_default();
             if message.contains(REFUSED) {
                 let phase = phase_from(PHASE.load(std::sync::atomic::Ordering::Relaxed));
                 ALLOCATION_FAILURES
@@ -237,11 +232,15 @@ fn phase_from(code: u8) -> Phase {
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
+    payload_text(panic.as_ref()).unwrap_or_else(|| "panic without a message".into())
+}
+
+/// A panic payload's text (`panic!` with a literal or with a format).
+fn payload_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
         .downcast_ref::<String>()
         .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panic without a message".into())
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
 }
 
 /// The pool of backend `B` on one CUDA device.
