@@ -22,6 +22,11 @@
 //!               [--trials 5] [--side-stretch 1,1.5,2] [--blocks 16] [--no-load]
 //! ```
 //!
+//! Why cudarc rather than CubeCL: the race needs CUDA-graph stream capture, events between two
+//! streams and a pool whose addresses we choose, and CubeCL 0.10 exposes none of these (its
+//! streams and memory pools are internal to its server). cudarc is the driver API itself,
+//! loaded at run time like CubeCL loads it, and already in the lockfile through cubecl-cuda.
+//!
 //! Writes JSON whose first field is the command line, then the GPU, driver, date and git
 //! revision, then one result per arm × sessions × stretch; prints a human log as it goes.
 
