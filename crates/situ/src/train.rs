@@ -6,13 +6,15 @@
 //! - **weights**: every expert's `gate_up` and `down`, plus the rest of the model's parameters
 //!   as one tensor and its persistent buffers (`[rest_of_model]`), created under burn's
 //!   `memory_persistent_allocations` as a model load does;
-//! - **forward**: a fresh `[N, d_model]` batch; `max_iter` times, the rest of the model's
+//! - **forward**: a fresh `[N, d_model]` batch, tracked as the embedding output it stands for
+//!   (its gradient is dropped after backward); `max_iter` times, the rest of the model's
 //!   activations for that iteration (a stand-in op, [`rest_of_model`], that holds
 //!   `rest_of_model.live_bytes` in `tensor_bytes` pieces until its backward), then the
 //!   `n_experts` residual expert calls; the loss is the mean of the output (plus the mean of
 //!   the rest's parameters, so that they get a gradient): a loss head with no activations of
 //!   its own, so every byte measured belongs to the parts above;
-//! - **backward**: `loss.backward()`;
+//! - **backward**: `loss.backward()`; after it, a failed page shows only in cubecl's log (its
+//!   server thread swallows the panic), which `crate::rerun` watches for;
 //! - **optimizer**: burn's own Adam (`burn::optim::Adam` through `SimpleOptimizer`, as burn's
 //!   `OptimizerAdaptor` drives it), one parameter at a time, each gradient dropped after its
 //!   update.
