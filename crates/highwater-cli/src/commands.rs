@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
 use highwater::forensics::{IncidentTable, LogForensics, parse_log};
+use highwater::recipe::written_name;
 use highwater::{Failure, Recipe, RunReport, Sink, StepRecord, simulate_with};
 use highwater_plot::{HighWaterChart, Series, format_bytes};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -28,34 +29,32 @@ pub fn run(cli: Cli) -> Result<()> {
 /// Reads and validates a recipe; errors name the file, line, field and reason, and quote
 /// the line.
 pub(crate) fn load_recipe(path: &Path) -> Result<Recipe> {
+    Ok(read_recipe(path)?.0)
+}
+
+/// [`load_recipe`], and the file's text.
+pub(crate) fn read_recipe(path: &Path) -> Result<(Recipe, String)> {
     let origin = path.display().to_string();
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read recipe {origin}"))?;
-    Recipe::parse(&origin, &text).map_err(|e| {
+    let recipe = Recipe::parse(&origin, &text).map_err(|e| {
         let quoted = text
             .lines()
             .nth(e.line().saturating_sub(1))
             .map(|l| format!(" (line {}: `{}`)", e.line(), l.trim()))
             .unwrap_or_default();
         anyhow!(e).context(format!("invalid recipe {origin}{quoted}"))
-    })
-}
-
-/// The value's serde name (`situ-tensor`, `none`, `cube`).
-pub(crate) fn name_of<T: Serialize>(v: T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
+    })?;
+    Ok((recipe, text))
 }
 
 fn describe(r: &Recipe) -> String {
     format!(
         "{}: {}, checkpointing {}, backend {}, batch {} × seq {}; card {}, pool capacity {}",
         r.origin,
-        name_of(r.activation),
-        name_of(r.checkpointing),
-        name_of(r.backend),
+        written_name(&r.activation),
+        written_name(&r.checkpointing),
+        written_name(&r.backend),
         r.batch,
         r.seq_len,
         size(r.card.total_bytes),
@@ -218,7 +217,7 @@ fn chart(recipe: &Recipe, reports: &[RunReport]) -> HighWaterChart {
         series: reports
             .iter()
             .map(|r| Series {
-                arm: name_of(recipe.activation),
+                arm: written_name(&recipe.activation),
                 label: format!("seed {}", r.seed),
                 points: r
                     .peak_in_use

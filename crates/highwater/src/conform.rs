@@ -18,7 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::recipe::{Activation, Backend, Checkpointing, Jitter, Recipe, RecipeError};
+use crate::recipe::{
+    Activation, Backend, Checkpointing, Jitter, Recipe, RecipeError, written_name,
+};
 use crate::run::{RunReport, simulate};
 use crate::trace::Phase;
 
@@ -130,9 +132,9 @@ impl RerunRecord {
         });
         format!(
             "rerun-{stem}-{}-{}-{}{cap}",
-            kebab(&self.activation),
-            kebab(&self.backend),
-            kebab(&self.checkpointing)
+            written_name(&self.activation),
+            written_name(&self.backend),
+            written_name(&self.checkpointing)
         )
     }
 
@@ -161,13 +163,6 @@ impl RerunRecord {
         r.loss_read_every = 1;
         Ok(r)
     }
-}
-
-fn kebab<T: Serialize>(v: &T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 /// One run, measured against simulated.

@@ -42,6 +42,15 @@ pub enum Backend {
     Fusion,
 }
 
+/// The name a recipe value is written with in a recipe file and in records: `situ-tensor`,
+/// `balanced`, `fusion` (its serde name).
+pub fn written_name<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// Optimizer whose state lives beside the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

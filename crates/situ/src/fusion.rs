@@ -11,7 +11,7 @@ use burn::tensor::Shape;
 use burn::tensor::ops::FloatTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{Fusion, FusionBackend};
+use burn_fusion::{Client, Fusion, FusionBackend};
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 
 use crate::fused::SituBackend;
@@ -47,6 +47,24 @@ impl<B: FusionBackend + SituBackend> Operation<B::FusionRuntime> for SituOp<B> {
 const FORWARD: &str = "situ_fused_forward";
 const BACKWARD: &str = "situ_fused_backward";
 
+/// Registers `desc` (its inputs already consumed into IR, so the stream may free or reuse
+/// them) to run as [`SituOp`] on the inner backend; returns its one output.
+fn register<B: FusionBackend + SituBackend>(
+    client: Client<B::FusionRuntime>,
+    streams: OperationStreams,
+    desc: CustomOpIr,
+    cap: f32,
+) -> FloatTensor<Fusion<B>> {
+    let op = SituOp::<B> {
+        desc: desc.clone(),
+        cap,
+        _b: PhantomData,
+    };
+    client
+        .register(streams, OperationIr::Custom(desc), op)
+        .output()
+}
+
 impl<R, F, I, BT> SituBackend for Fusion<CubeBackend<R, F, I, BT>>
 where
     R: CubeRuntime,
@@ -64,17 +82,7 @@ where
             mid.dtype,
         );
         let desc = CustomOpIr::new(FORWARD, &[mid.into_ir()], &[out]);
-        client
-            .register(
-                streams,
-                OperationIr::Custom(desc.clone()),
-                SituOp::<CubeBackend<R, F, I, BT>> {
-                    desc,
-                    cap,
-                    _b: PhantomData,
-                },
-            )
-            .output()
+        register::<CubeBackend<R, F, I, BT>>(client, streams, desc, cap)
     }
 
     fn situ_fused_backward(
@@ -86,16 +94,6 @@ where
         let client = mid.client.clone();
         let out = TensorIr::uninit(client.create_empty_handle(), mid.shape.clone(), mid.dtype);
         let desc = CustomOpIr::new(BACKWARD, &[mid.into_ir(), dh.into_ir()], &[out]);
-        client
-            .register(
-                streams,
-                OperationIr::Custom(desc.clone()),
-                SituOp::<CubeBackend<R, F, I, BT>> {
-                    desc,
-                    cap,
-                    _b: PhantomData,
-                },
-            )
-            .output()
+        register::<CubeBackend<R, F, I, BT>>(client, streams, desc, cap)
     }
 }

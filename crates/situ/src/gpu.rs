@@ -41,6 +41,16 @@ pub fn poison_pool(shapes: &[[usize; 2]], device: &CudaDevice) {
     sync(device);
 }
 
+/// The value of `--out` on the command line, or `default`.
+pub fn out_arg(default: &str) -> String {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| default.into())
+}
+
 /// Waits for the device.
 pub fn sync(device: &CudaDevice) {
     Cube::sync(device).expect("device sync");

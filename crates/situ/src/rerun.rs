@@ -182,7 +182,8 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
 struct AllocationFailures(std::sync::Mutex<Vec<(Phase, String)>>);
 
 static ALLOCATION_FAILURES: AllocationFailures = AllocationFailures(std::sync::Mutex::new(vec![]));
-static PHASE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// The phase the trainer is in, for failures reported from cubecl's server thread.
+static PHASE: std::sync::Mutex<Phase> = std::sync::Mutex::new(Phase::Init);
 
 impl AllocationFailures {
     fn drain(&self) -> Vec<(Phase, String)> {
@@ -210,7 +211,7 @@ fn watch_allocation_failures() {
         std::panic::set_hook(Box::new(move |info| {
             let message = payload_text(info.payload()).unwrap_or_default();
             if message.contains(REFUSED) {
-                let phase = phase_from(PHASE.load(std::sync::atomic::Ordering::Relaxed));
+                let phase = *PHASE.lock().unwrap_or_else(|e| e.into_inner());
                 ALLOCATION_FAILURES
                     .0
                     .lock()
@@ -220,15 +221,6 @@ fn watch_allocation_failures() {
             default(info);
         }));
     });
-}
-
-fn phase_from(code: u8) -> Phase {
-    match code {
-        1 => Phase::Forward,
-        2 => Phase::Backward,
-        3 => Phase::Optimizer,
-        _ => Phase::Init,
-    }
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -255,13 +247,7 @@ impl<B: burn::tensor::backend::Backend<Device = CudaDevice>> PoolProbe for CudaP
     }
 
     fn phase(&self, phase: Phase) {
-        let code = match phase {
-            Phase::Init => 0,
-            Phase::Forward => 1,
-            Phase::Backward => 2,
-            Phase::Optimizer => 3,
-        };
-        PHASE.store(code, std::sync::atomic::Ordering::Relaxed);
+        *PHASE.lock().unwrap_or_else(|e| e.into_inner()) = phase;
     }
 
     fn usage(&self) -> Result<Option<PoolUsage>, String> {

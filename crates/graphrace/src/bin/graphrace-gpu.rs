@@ -575,7 +575,7 @@ fn main() -> Result<()> {
         command,
         gpu: name,
         driver: smi("driver_version"),
-        date: utc_now(),
+        date: cell_output::utc_now(),
         git_revision: option_env!("GRAPHRACE_GIT_REV").unwrap_or("unknown").into(),
         sm_clock_khz: (gpu.cycles_per_us * 1000.0) as i32,
         settings: Settings {
@@ -605,27 +605,4 @@ fn smi(field: &str) -> String {
         .and_then(|s| s.lines().next().map(|l| l.trim().to_string()))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".into())
-}
-
-/// Now, UTC, `YYYY-MM-DDTHH:MM:SSZ` (Howard Hinnant's civil-from-days).
-fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }

@@ -137,13 +137,7 @@ fn in_use(device: &CudaDevice) -> (u64, u64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let out = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-        .unwrap_or_else(|| "bench.json".into());
+    let out = situ::gpu::out_arg("bench.json");
     let provenance = provenance::collect("cargo build --release --locked -p situ --features cuda");
     let device = CudaDevice::default();
     let mut rng = SplitMix64::new(SplitMix64::fresh_seed());

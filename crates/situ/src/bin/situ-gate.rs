@@ -127,13 +127,7 @@ const BWD: &str = "fused_backward_matches_tensor_backward";
 const FD: &str = "situ_grad_matches_finite_difference";
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let out = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-        .unwrap_or_else(|| "gate.json".into());
+    let out = situ::gpu::out_arg("gate.json");
     let provenance = provenance::collect("cargo build --release --locked -p situ --features cuda");
     let seed = SplitMix64::fresh_seed();
     println!(
