@@ -97,7 +97,8 @@ pub struct ConformArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Example:\n  \
     highwater rerun --recipe repro/recipes/wave-stack.toml --activation situ-tensor \
-    --backend fusion --checkpointing balanced --steps 50 --out repro/results\n\n\
+    --backend fusion --checkpointing balanced --steps 50 --out repro/results\n  \
+    highwater rerun --recipe repro/recipes/situ.toml --cap card --steps 100\n\n\
     Writes OUT/rerun-<recipe>-<activation>-<backend>-<checkpointing>[-cap<GiB>].json; log \
     lines (the command first) go to stdout.")]
 pub struct RerunArgs {
@@ -119,16 +120,37 @@ pub struct RerunArgs {
     /// Seed of the weights and batches.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
-    /// Emulate a card that leaves the process BYTES (its total less its desktop): the rest
-    /// of the GPU is held back before the pool grows.
-    #[arg(long, value_name = "BYTES")]
-    pub cap: Option<u64>,
+    /// Emulate a card that leaves the process BYTES (its total less its desktop), or `card`:
+    /// the recipe's own card (`card.total_bytes − card.desktop_bytes`). The rest of the GPU is
+    /// held back before the pool grows.
+    #[arg(long, value_name = "BYTES|card", value_parser = parse_cap)]
+    pub cap: Option<CapArg>,
     /// Read the loss and print a step line every N steps.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub log_every: u64,
     /// Directory for the record.
     #[arg(long, value_name = "DIR", default_value = "repro/results")]
     pub out: PathBuf,
+}
+
+/// What `--cap` asks for.
+#[cfg(feature = "cuda")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapArg {
+    Bytes(u64),
+    /// The recipe's card less its desktop.
+    RecipeCard,
+}
+
+#[cfg(feature = "cuda")]
+fn parse_cap(s: &str) -> Result<CapArg, String> {
+    match s {
+        "card" => Ok(CapArg::RecipeCard),
+        _ => s
+            .parse()
+            .map(CapArg::Bytes)
+            .map_err(|_| format!("`{s}` is neither a byte count nor `card`")),
+    }
 }
 
 /// The burn backends a rerun can use.

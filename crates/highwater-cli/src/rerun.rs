@@ -8,12 +8,17 @@ use highwater::conform::{DeviceMemory, MeasuredDeath, MeasuredStep};
 use indicatif::{ProgressBar, ProgressStyle};
 use situ::rerun::{Observer, RerunPlan, rerun as run};
 
-use crate::args::RerunArgs;
-use crate::commands::{load_recipe, name_of, size};
+use highwater::recipe::written_name;
+
+use crate::args::{CapArg, RerunArgs};
+use crate::commands::{read_recipe, size};
 
 pub fn rerun(a: RerunArgs) -> Result<()> {
-    let mut recipe = load_recipe(&a.recipe)?;
-    let recipe_toml = std::fs::read_to_string(&a.recipe)?;
+    let (mut recipe, recipe_toml) = read_recipe(&a.recipe)?;
+    let cap = a.cap.map(|c| match c {
+        CapArg::Bytes(b) => b,
+        CapArg::RecipeCard => recipe.card.total_bytes - recipe.card.desktop_bytes,
+    });
     recipe = recipe.with(
         a.activation.map_or(recipe.activation, Into::into),
         a.checkpointing.map_or(recipe.checkpointing, Into::into),
@@ -25,7 +30,7 @@ pub fn rerun(a: RerunArgs) -> Result<()> {
         recipe,
         steps: a.steps,
         seed: a.seed,
-        cap: a.cap,
+        cap,
         log_every: a.log_every,
     };
     let provenance = situ::provenance::collect(
@@ -52,10 +57,10 @@ pub fn rerun(a: RerunArgs) -> Result<()> {
         r.seq_len,
         r.d_model,
         r.d_ffn,
-        name_of(r.activation),
-        name_of(r.checkpointing),
-        name_of(r.backend),
-        name_of(r.optimizer),
+        written_name(&r.activation),
+        written_name(&r.checkpointing),
+        written_name(&r.backend),
+        written_name(&r.optimizer),
     );
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::new(a.steps).with_style(
@@ -151,7 +156,7 @@ impl Observer for Log<'_> {
             "step {:>5}/{} | died in {}: {}{pages}",
             d.step,
             self.steps,
-            name_of(d.phase),
+            written_name(&d.phase),
             d.message.lines().next().unwrap_or_default()
         ));
     }
