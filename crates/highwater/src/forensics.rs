@@ -4,8 +4,7 @@
 //! [`LogForensics`]: how many attempts were appended to it, the step each attempt died at,
 //! the failed reserves grouped by size and by whether they came before the first step line
 //! ([`Phase::Init`]) or after it ([`Phase::Run`]), and whether the log is cut short.
-//! [`incident_table`] turns several of them into the rows the book prints, and [`compare`]
-//! sets a simulated [`RunReport`] beside one of them.
+//! [`incident_table`] turns several of them into the rows the book prints.
 //!
 //! # Line formats
 //!
@@ -70,8 +69,6 @@
 use std::fmt;
 
 use serde::Serialize;
-
-use crate::run::RunReport;
 
 /// Where in an attempt a failed reserve came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -297,15 +294,6 @@ impl LogForensics {
             .map(|g| g.count)
             .sum()
     }
-
-    /// The earliest `after_step` of any [`Phase::Run`] failure: the failures began after it.
-    pub fn first_run_failure_after(&self) -> Option<u32> {
-        self.failures
-            .iter()
-            .filter(|g| g.phase == Phase::Run)
-            .filter_map(|g| g.after_step)
-            .min()
-    }
 }
 
 /// Bytes in the largest binary unit that divides them exactly (`32 MiB`, `1 GiB`, `81920 B`
@@ -437,85 +425,6 @@ impl fmt::Display for IncidentTable {
     }
 }
 
-/// A simulated run beside a log of the same arm and seed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Comparison {
-    pub log: String,
-    pub seed: u64,
-    pub sim_died_at: Option<u64>,
-    pub log_died_at: Vec<u32>,
-    /// The simulation died at a step one of the log's attempts died at, or both survived.
-    pub death_matches: bool,
-    /// First simulated step with a failed reserve.
-    pub sim_first_failure: Option<u64>,
-    /// The log's run-phase failures began after this step line.
-    pub log_failures_after: Option<u32>,
-    /// The simulation's first failure comes after that step line and no later than its
-    /// own death (true when neither has run-phase failures).
-    pub first_failure_consistent: bool,
-    /// What the sizes are compared as: the log's kind ([`Reported::Requested`] when the log
-    /// has no run-phase failures).
-    pub sizes_as: Reported,
-    /// Distinct simulated failure sizes, ascending, in the log's terms (tensor or page).
-    pub sim_sizes: Vec<u64>,
-    /// Distinct run-phase failure sizes of the log, ascending.
-    pub log_sizes: Vec<u64>,
-    /// Every size the log shows in its run phase is one the simulation fails on.
-    pub sizes_match: bool,
-}
-
-/// Sets `report` beside `log`: the death step, the first failure, the failure sizes. The
-/// log's init-phase failures (the runtime's benign probes) are not simulated and not compared.
-pub fn compare(report: &RunReport, log: &LogForensics) -> Comparison {
-    let run: Vec<&FailureGroup> = log
-        .failures
-        .iter()
-        .filter(|g| g.phase == Phase::Run)
-        .collect();
-    let sizes_as = run.first().map_or(Reported::Requested, |g| g.reported);
-    let mut sim_sizes: Vec<u64> = report
-        .failures
-        .iter()
-        .map(|f| match sizes_as {
-            Reported::Requested => f.requested,
-            Reported::Page => f.page,
-        })
-        .collect();
-    sim_sizes.sort_unstable();
-    sim_sizes.dedup();
-    let mut log_sizes: Vec<u64> = run.iter().map(|g| g.bytes).collect();
-    log_sizes.sort_unstable();
-    log_sizes.dedup();
-    let death_matches = match report.died_at {
-        Some(d) => log.died_at.iter().any(|&s| u64::from(s) == d),
-        None => log.died_at.is_empty() && log.completed,
-    };
-    let sim_first_failure = report.first_failure();
-    let log_failures_after = log.first_run_failure_after();
-    let first_failure_consistent = match (sim_first_failure, log_failures_after) {
-        (Some(s), Some(a)) => s > u64::from(a) && report.died_at.is_none_or(|d| s <= d),
-        (None, None) => true,
-        _ => false,
-    };
-    let sizes_match = !log_sizes.is_empty()
-        && log_sizes.iter().all(|s| sim_sizes.binary_search(s).is_ok())
-        || log_sizes.is_empty() && sim_sizes.is_empty();
-    Comparison {
-        log: log.name.clone(),
-        seed: report.seed,
-        sim_died_at: report.died_at,
-        log_died_at: log.died_at.clone(),
-        death_matches,
-        sim_first_failure,
-        log_failures_after,
-        first_failure_consistent,
-        sizes_as,
-        sim_sizes,
-        log_sizes,
-        sizes_match,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -607,7 +516,6 @@ mod tests {
         // The group keeps the step line before its first failure.
         let run = f.failures.iter().find(|g| g.phase == Phase::Run).unwrap();
         assert_eq!(run.after_step, Some(100));
-        assert_eq!(f.first_run_failure_after(), Some(100));
     }
 
     #[test]
@@ -648,50 +556,5 @@ mod tests {
         assert_eq!(row.died_at, "step 200");
         assert_eq!(row.failures, "1 GiB ×1, 256 MiB (page) ×1");
         assert_eq!(row.placement, "1 GiB before step 0; 256 MiB after step 100");
-    }
-
-    #[test]
-    fn compare_reads_sizes_in_the_logs_terms() {
-        use crate::run::Failure;
-        use crate::trace::Phase as TracePhase;
-        let log = parse_log(
-            "s3.log",
-            "train start: a\nstep 0 | x\nstep 100 | x\n\
-             failed to reserve 33554432 bytes\n\
-             train failed: step 200: device error (loss is not a scalar)\n",
-        );
-        let report = RunReport {
-            recipe: "situ.toml".into(),
-            seed: 3,
-            steps: 2000,
-            died_at: Some(200),
-            peak_in_use: vec![],
-            in_use_after_forward: vec![],
-            in_use_after_backward: vec![],
-            reserved: vec![],
-            pages: vec![],
-            failures: vec![Failure {
-                step: 170,
-                requested: MIB32,
-                page: 268_435_456,
-                phase: TracePhase::Forward,
-            }],
-            capacity: 0,
-            replayed_steps: 0,
-            late_steps: 0,
-        };
-        let c = compare(&report, &log);
-        assert!(
-            c.death_matches && c.first_failure_consistent && c.sizes_match,
-            "{c:?}"
-        );
-        assert_eq!(c.sim_sizes, vec![MIB32]);
-        let paged = parse_log(
-            "up.log",
-            "train start: a\nstep 0 | x\ncan't allocate buffer of size: 268435456\n",
-        );
-        let c = compare(&report, &paged);
-        assert_eq!(c.sizes_as, Reported::Page);
-        assert!(c.sizes_match && !c.death_matches);
     }
 }

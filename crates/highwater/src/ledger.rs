@@ -261,10 +261,6 @@ impl Graph {
     pub fn exp(&mut self, name: &str, t: TensorId) -> TensorId {
         self.same(name, Op::Unary("exp"), vec![t])
     }
-    /// `t.powf_scalar(p)`.
-    pub fn powf(&mut self, name: &str, t: TensorId) -> TensorId {
-        self.same(name, Op::Unary("powf_scalar"), vec![t])
-    }
     /// `activation::sigmoid(t)`.
     pub fn sigmoid(&mut self, name: &str, t: TensorId) -> TensorId {
         self.same(name, Op::Sigmoid, vec![t])
@@ -354,11 +350,6 @@ pub struct LedgerRow {
 }
 
 impl LedgerRow {
-    /// Whether it is alive when backward starts, in this layer's own memory.
-    pub fn held_bytes(&self, ledger: &Ledger) -> u64 {
-        ledger.held_buffer_bytes(self.tensor)
-    }
-
     /// The "why" column, in words.
     pub fn why(&self) -> String {
         match &self.kept {
@@ -436,7 +427,6 @@ pub struct Ledger {
     pub backward: Vec<BackwardStep>,
     pub outputs: Vec<TensorId>,
     pub params: Vec<(TensorId, u64)>,
-    pub inputs: Vec<(TensorId, u64)>,
 }
 
 impl Ledger {
@@ -445,25 +435,9 @@ impl Ledger {
         self.held.iter().map(|(_, b)| b).sum()
     }
 
-    fn held_buffer_bytes(&self, t: TensorId) -> u64 {
-        self.held
-            .iter()
-            .find(|(o, _)| *o == t)
-            .map_or(0, |(_, b)| *b)
-    }
-
     /// Number of buffers held when backward starts (the seed's "live intermediates").
     pub fn held_count(&self) -> usize {
         self.held.len()
-    }
-
-    /// Bytes of the fresh buffers forward allocates.
-    pub fn forward_alloc_bytes(&self) -> u64 {
-        self.rows
-            .iter()
-            .filter(|r| r.storage == Storage::New)
-            .map(|r| r.bytes)
-            .sum()
     }
 }
 
@@ -862,7 +836,6 @@ impl<'a> Analysis<'a> {
             backward,
             outputs: g.outputs.clone(),
             params: of_kind(|o| matches!(o, Op::Param)),
-            inputs: of_kind(|o| matches!(o, Op::Input)),
         }
     }
 }

@@ -29,7 +29,7 @@ pub const CUDA_ALIGNMENT: u64 = 512;
 
 /// The device properties cubecl-cuda 0.10 derives from `cuDeviceTotalMem_v2`
 /// (`runtime.rs`: `max_page_size: max_memory / 4, alignment: 512`).
-pub fn cuda_memory_properties(total_bytes: u64) -> MemoryDeviceProperties {
+fn cuda_memory_properties(total_bytes: u64) -> MemoryDeviceProperties {
     MemoryDeviceProperties {
         max_page_size: total_bytes / 4,
         alignment: CUDA_ALIGNMENT,
@@ -42,7 +42,7 @@ pub fn cuda_memory_properties(total_bytes: u64) -> MemoryDeviceProperties {
 /// otherwise look for a `cubecl.toml`/`burn.toml` in the current directory and its parents:
 /// a stray file there could switch persistent memory to `enforced` and change every figure.
 /// If a host program already set (or read) the config, it is left alone.
-pub fn pin_runtime_config() {
+fn pin_runtime_config() {
     static PIN: Once = Once::new();
     PIN.call_once(|| {
         let mut slot = CubeClRuntimeConfig::storage().lock();
@@ -96,11 +96,6 @@ impl SimStorage {
     /// Total number of successful page allocations so far.
     pub fn page_allocs(&self) -> u64 {
         self.page_allocs
-    }
-
-    /// Changes what the card can still give (other processes come and go).
-    pub fn set_capacity(&mut self, capacity: u64) {
-        self.capacity = capacity;
     }
 }
 
@@ -241,11 +236,6 @@ impl CardPool {
     /// The bookkeeping storage underneath.
     pub fn storage(&mut self) -> &mut SimStorage {
         self.mm.storage()
-    }
-
-    /// Explicit cleanup (`client.memory_cleanup()`): frees pages whose slices are all free.
-    pub fn cleanup(&mut self) {
-        self.mm.cleanup(true);
     }
 }
 

@@ -79,7 +79,7 @@
 //! The golden test (`tests/golden`) checks every report of the wave, bit for bit, against the
 //! one the plain event-by-event replay produced.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use cubecl_runtime::memory_management::ManagedMemoryHandle;
 use serde::Serialize;
@@ -130,8 +130,6 @@ pub struct StepRecord {
 pub trait Sink {
     /// After every step.
     fn step(&mut self, _record: &StepRecord) {}
-    /// On every failed reserve.
-    fn failure(&mut self, _failure: &Failure) {}
     /// When the trainer dies.
     fn died(&mut self, _step: u64) {}
 }
@@ -259,7 +257,6 @@ struct Simulation<'a> {
     handles: Vec<Option<(ManagedMemoryHandle, u64)>>,
     _init: Vec<ManagedMemoryHandle>,
     in_use: u64,
-    persistent_sizes: HashSet<u64>,
     persistent_slots: BTreeMap<u64, u32>,
     sliced_pages: BTreeMap<u64, u32>,
     memo: HashMap<BoundaryState, Outcome>,
@@ -304,7 +301,6 @@ impl<'a> Simulation<'a> {
             handles: vec![],
             _init: init,
             in_use,
-            persistent_sizes: persistent.into_iter().collect(),
             persistent_slots,
             sliced_pages: BTreeMap::new(),
             memo: HashMap::new(),
@@ -437,7 +433,7 @@ impl<'a> Simulation<'a> {
     fn count_page(&mut self, requested: u64) {
         let effective = requested.next_multiple_of(CUDA_ALIGNMENT);
         let pages = self.pool.storage().page_sizes();
-        if self.persistent_sizes.contains(&effective) {
+        if self.persistent_slots.contains_key(&effective) {
             *self.persistent_slots.entry(effective).or_insert(0) += 1;
         } else {
             // The newest page is the one whose count rose; recount the sliced ones.
@@ -520,7 +516,6 @@ impl<'a> Simulation<'a> {
                     page,
                     phase,
                 };
-                sink.failure(&f);
                 report.failures.push(f);
                 failed_since_read = true;
             }
@@ -550,17 +545,6 @@ impl<'a> Simulation<'a> {
         }
         report
     }
-}
-
-/// [`simulate`] for every seed of the recipe, with its own step count; the seeds run in
-/// parallel ([`simulate_many`]).
-pub fn simulate_recipe(recipe: &Recipe) -> Vec<RunReport> {
-    let jobs: Vec<(&Recipe, u64, u64)> = recipe
-        .seeds
-        .iter()
-        .map(|&s| (recipe, s, recipe.steps))
-        .collect();
-    simulate_many(&jobs)
 }
 
 /// [`simulate`] for each `(recipe, seed, steps)`, spread over the machine's cores; reports in
@@ -630,10 +614,16 @@ mod tests {
     #[test]
     fn rng_is_stable() {
         let mut r = Rng::new(1);
-        let a: Vec<u64> = (0..3).map(|_| r.below(100)).collect();
-        let mut r = Rng::new(1);
-        let b: Vec<u64> = (0..3).map(|_| r.below(100)).collect();
-        assert_eq!(a, b);
+        let drawn: Vec<u64> = (0..3).map(|_| r.next_u64()).collect();
+        // Pinned: the calibrated deaths depend on these draws, on every platform and version.
+        assert_eq!(
+            drawn,
+            [
+                1927618558350093866,
+                13703392640351029448,
+                11176358302719344501
+            ]
+        );
     }
 
     #[test]

@@ -45,11 +45,13 @@ fn every_calibrated_number_says_what_it_was_calibrated_to() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         for (i, l) in lines.iter().enumerate() {
-            if l.contains("CALIBRATED") {
+            if l.trim_start().starts_with("# CALIBRATED") {
+                // What it was fitted to, or with which other calibrated value.
                 let said = lines[i..]
                     .iter()
                     .take(4)
-                    .any(|l| l.contains("fitted") || l.contains("to "));
+                    .map(|l| l.to_lowercase())
+                    .any(|l| l.contains("fitted to") || l.contains("fitted with"));
                 assert!(said, "line {}: {l}", i + 1);
             }
         }
@@ -108,25 +110,5 @@ fn control_fused_and_balanced_survive_2000_steps() {
             assert_eq!(r.peak_in_use.len(), 2000);
             assert!(r.final_reserved() <= r.capacity);
         }
-    }
-}
-
-#[test]
-fn json_lines_carry_the_cli_fields() {
-    let r = simulate(&recipe("situ"), 2, 250);
-    let v = serde_json::to_value(&r).unwrap();
-    for key in [
-        "recipe",
-        "seed",
-        "died_at",
-        "peak_in_use",
-        "reserved",
-        "failures",
-    ] {
-        assert!(v.get(key).is_some(), "{key}");
-    }
-    let f = &v["failures"][0];
-    for key in ["step", "requested", "page"] {
-        assert!(f.get(key).is_some(), "{key}");
     }
 }

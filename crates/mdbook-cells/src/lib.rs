@@ -99,7 +99,7 @@ impl fmt::Display for Report {
 }
 
 /// Bumped whenever the generated code or the stored format changes meaning.
-const ENGINE: &str = concat!("mdbook-cells ", env!("CARGO_PKG_VERSION"), " wire 1");
+const ENGINE: &str = concat!("mdbook-cells ", env!("CARGO_PKG_VERSION"), " wire 2");
 
 /// A cell found in the book, with what it needs to be run and shown.
 struct Found {
@@ -164,8 +164,15 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
     let prelude_errors = if misses.is_empty() {
         HashMap::new()
     } else {
-        let prelude_errors =
-            compile_and_run(root, config, docs, &plan, &mut outcomes, &mut report)?;
+        let prelude_errors = compile_and_run(
+            root,
+            config,
+            docs,
+            &plan,
+            &misses,
+            &mut outcomes,
+            &mut report,
+        )?;
         // Keep what is worth keeping: outputs, and the failures that are a cell's content.
         for f in &misses {
             let (Some(key), Some(stored)) = (&f.key, outcomes.get(&f.module)) else {
@@ -262,8 +269,10 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_runs: bool) -> Plan
             let valid = !c.options.prelude
                 && c.option_errors.is_empty()
                 && !cell_errors.contains_key(&(d, s));
-            // Only what changes the run is hashed: captions, ids and hide-… are free.
-            let inputs = |mut h: KeyHasher| {
+            // Only what changes the run is hashed: captions, ids and hide-… are free. This part
+            // is also what a GPU cell's freeze records (no toolchain, no dependencies).
+            let inputs = valid.then(|| {
+                let mut h = KeyHasher::default();
                 if let Some((p, _)) = &preludes[d] {
                     h.part("prelude", p.as_bytes());
                 }
@@ -274,14 +283,18 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_runs: bool) -> Plan
                     h.tree(&root.join(read));
                 }
                 h.finish()
-            };
-            let freeze = (valid && c.options.gpu).then(|| {
+            });
+            let freeze = inputs.as_ref().filter(|_| c.options.gpu).map(|inputs| {
                 gpu_cells += 1;
                 let path = freeze::path(root, &config.freeze_dir, &docs[d].source, gpu_cells);
-                (path, inputs(KeyHasher::default()))
+                (path, inputs.clone())
             });
-            let runnable = valid && (!c.options.gpu || gpu_runs);
-            let key = runnable.then(|| inputs(environment.clone()));
+            let runnable = !c.options.gpu || gpu_runs;
+            let key = inputs.filter(|_| runnable).map(|inputs| {
+                let mut h = environment.clone();
+                h.part("cell", inputs.as_bytes());
+                h.finish()
+            });
             cells.push(Found {
                 doc: d,
                 segment: s,
@@ -306,15 +319,11 @@ fn compile_and_run(
     config: &Config,
     docs: &[Document],
     plan: &Plan,
+    misses: &[&Found],
     outcomes: &mut HashMap<String, Stored>,
     report: &mut Report,
 ) -> Result<HashMap<usize, String>, Error> {
     let cache_dir = root.join(&config.cache_dir);
-    let misses: Vec<&Found> = plan
-        .cells
-        .iter()
-        .filter(|f| f.key.is_some() && !outcomes.contains_key(&f.module))
-        .collect();
     // Every runnable cell goes into the crate so its module set is stable between builds;
     // cached compile failures stay out (they would fail again).
     let sources: Vec<CellSource> = plan
@@ -352,7 +361,7 @@ fn compile_and_run(
 
     let mut prelude_errors = HashMap::new();
     let mut jobs = Vec::new();
-    for f in &misses {
+    for f in misses {
         if let Some(global) = &compiled.global {
             outcomes.insert(f.module.clone(), failure("build", global));
         } else if let Some(diags) = compiled.errors.get(&f.module) {

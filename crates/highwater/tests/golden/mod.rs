@@ -1,6 +1,7 @@
 //! The wave's reports held to a golden file: every recipe in `repro/recipes/` × seeds 1..3 ×
-//! 2000 steps, each [`RunReport`]'s results (death step, per-step peak in use, bytes reserved,
-//! pages, every failure) compared bit for bit with `tests/fixtures/wave-golden.json`.
+//! 2000 steps, each [`RunReport`]'s results (death step, per-step peak in use, in use at the
+//! phase boundaries, bytes reserved, pages, every failure) compared bit for bit with
+//! `tests/fixtures/wave-golden.json`.
 //!
 //! The simulator skips and compresses work for speed (see `highwater::run`); this test is the
 //! proof, on the whole wave, that none of it changes a result. It does not hold
@@ -46,6 +47,8 @@ fn results(name: &str, r: &RunReport) -> Value {
         "capacity": r.capacity,
         "late_steps": r.late_steps,
         "peak_in_use": rle(&r.peak_in_use),
+        "in_use_after_forward": rle(&r.in_use_after_forward),
+        "in_use_after_backward": rle(&r.in_use_after_backward),
         "reserved": rle(&r.reserved),
         "pages": rle(&r.pages),
         "failures": r.failures,
@@ -87,6 +90,12 @@ fn wave_reports_match_the_golden_file() {
     assert_eq!(got.len(), want.len(), "number of runs");
     for (g, w) in got.iter().zip(want) {
         let run = format!("{} seed {}", w["recipe"], w["seed"]);
+        let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            keys(g),
+            keys(w),
+            "{run}: the golden file holds other fields than the test"
+        );
         for (key, wv) in w.as_object().unwrap() {
             let gv = &g[key];
             if gv == wv {
