@@ -4,6 +4,7 @@
 //! cell (or of its chapter's prelude) that caused it. Broken cells are replaced by stubs and
 //! the crate is rebuilt, so one broken cell never takes the others down with it.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -26,8 +27,8 @@ pub struct CellSource {
 }
 
 /// Where each part of a generated module came from.
-#[derive(Debug, Clone)]
-struct LineMap {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LineMap {
     chapter: String,
     /// (first generated line, number of lines, first chapter line)
     prelude: Option<(usize, usize, usize)>,
@@ -295,20 +296,31 @@ impl CellCrate {
 
     /// Maps a panic location `src/MODULE.rs:LINE` in a message to the chapter's line.
     pub fn map_panic_location(&self, message: &str) -> String {
-        let Some(at) = message.rfind(" at src/") else {
-            return message.to_string();
-        };
-        let location = &message[at + 4..];
-        let parsed = location.split_once(".rs:").and_then(|(file, line)| {
-            let module = file.strip_prefix("src/")?;
-            let map = self.maps.get(module)?;
-            let line: usize = line.trim().parse().ok()?;
-            Some(format!("{}:{}", map.chapter, map.chapter_line(line).0))
-        });
-        match parsed {
-            Some(loc) => format!("{} at {loc}", &message[..at]),
-            None => message.to_string(),
-        }
+        map_panic_location(&self.maps, message)
+    }
+
+    /// Where each module's lines came from.
+    pub fn line_maps(&self) -> &BTreeMap<String, LineMap> {
+        &self.maps
+    }
+}
+
+/// `message` with a panic location in a generated module (`at src/m.rs:12`) rewritten to the
+/// chapter's file and line.
+pub fn map_panic_location(maps: &BTreeMap<String, LineMap>, message: &str) -> String {
+    let Some(at) = message.rfind(" at src/") else {
+        return message.to_string();
+    };
+    let location = &message[at + 4..];
+    let parsed = location.split_once(".rs:").and_then(|(file, line)| {
+        let module = file.strip_prefix("src/")?;
+        let map = maps.get(module)?;
+        let line: usize = line.trim().parse().ok()?;
+        Some(format!("{}:{}", map.chapter, map.chapter_line(line).0))
+    });
+    match parsed {
+        Some(loc) => format!("{} at {loc}", &message[..at]),
+        None => message.to_string(),
     }
 }
 

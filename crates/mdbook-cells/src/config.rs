@@ -38,6 +38,15 @@ pub struct Config {
     /// Where GPU cells' frozen outputs live, relative to the book root (commit it).
     #[serde(default = "default_freeze_dir")]
     pub freeze_dir: PathBuf,
+    /// Dependencies only GPU cells need (a CUDA backend), added to the cell crate when GPU
+    /// cells are compiled; CPU-only builds never compile them.
+    #[serde(default)]
+    pub gpu_dependencies: toml::Table,
+    /// Compile the GPU cells into this folder instead of running them, for a GPU box without a
+    /// Rust toolchain (`mdbook-cells run-bundle` runs them there). `MDBOOK_CELLS_GPU_BUNDLE`
+    /// also sets it.
+    #[serde(default)]
+    pub gpu_bundle: Option<PathBuf>,
     /// Extra files or folders whose contents every cell's output depends on. The folders of
     /// path dependencies are always included.
     #[serde(default)]
@@ -70,6 +79,8 @@ const KNOWN: &[&str] = &[
     "gpu",
     "gpu-name",
     "freeze-dir",
+    "gpu-dependencies",
+    "gpu-bundle",
 ];
 const MDBOOK_KEYS: &[&str] = &["command", "before", "after", "renderers", "optional"];
 
@@ -85,6 +96,8 @@ impl Default for Config {
             gpu: false,
             gpu_name: None,
             freeze_dir: default_freeze_dir(),
+            gpu_dependencies: toml::Table::new(),
+            gpu_bundle: None,
             other: BTreeMap::new(),
         }
     }
@@ -116,16 +129,21 @@ impl Config {
 
     /// The folders of the path dependencies, absolute.
     pub fn path_dependencies(&self, root: &Path) -> Vec<PathBuf> {
-        self.dependencies
-            .values()
-            .filter_map(|dep| dep.get("path")?.as_str())
-            .map(|p| root.join(p))
-            .collect()
+        path_dependencies(&self.dependencies, root)
     }
 
-    /// The dependency table with relative paths made absolute, for the generated crate.
-    pub fn absolute_dependencies(&self, root: &Path) -> toml::Table {
+    /// The folders of the GPU cells' own path dependencies, absolute.
+    pub fn gpu_path_dependencies(&self, root: &Path) -> Vec<PathBuf> {
+        path_dependencies(&self.gpu_dependencies, root)
+    }
+
+    /// The dependency table with relative paths made absolute, for the generated crate; `gpu`:
+    /// with the GPU cells' dependencies (which win where both name a crate).
+    pub fn absolute_dependencies(&self, root: &Path, gpu: bool) -> toml::Table {
         let mut deps = self.dependencies.clone();
+        if gpu {
+            deps.extend(self.gpu_dependencies.clone());
+        }
         for (_, dep) in deps.iter_mut() {
             if let Some(table) = dep.as_table_mut()
                 && let Some(toml::Value::String(p)) = table.get_mut("path")
@@ -135,6 +153,13 @@ impl Config {
         }
         deps
     }
+}
+
+fn path_dependencies(deps: &toml::Table, root: &Path) -> Vec<PathBuf> {
+    deps.values()
+        .filter_map(|dep| dep.get("path")?.as_str())
+        .map(|p| root.join(p))
+        .collect()
 }
 
 #[cfg(test)]
@@ -171,7 +196,7 @@ mod tests {
     #[test]
     fn relative_paths_become_absolute() {
         let c = parse("[dependencies]\nfoo = { path = \"crates/foo\" }\nbar = \"1\"\n");
-        let deps = c.absolute_dependencies(Path::new("/book"));
+        let deps = c.absolute_dependencies(Path::new("/book"), false);
         assert_eq!(deps["foo"]["path"].as_str(), Some("/book/crates/foo"));
         assert_eq!(deps["bar"].as_str(), Some("1"));
         assert_eq!(

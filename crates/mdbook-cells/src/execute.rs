@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use crate::cache::Stored;
+
 /// One cell to run.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -33,6 +35,27 @@ pub enum End {
     TimedOut(Duration),
     /// The process died while the cell ran.
     Died(String),
+}
+
+impl Ran {
+    /// As the cache and freezes keep it; `map_panic` rewrites a panic's location.
+    pub fn into_stored(self, map_panic: impl Fn(&str) -> String) -> Stored {
+        let (kind, body) = match self.end {
+            End::Value { kind, body } => (kind, body),
+            End::Panicked(msg) => ("panic".into(), map_panic(&msg)),
+            End::TimedOut(t) => (
+                "timeout".into(),
+                format!("killed after {} s (the cell's timeout)", t.as_secs()),
+            ),
+            End::Died(why) => ("died".into(), why),
+        };
+        Stored {
+            stdout: self.stdout,
+            stderr: self.stderr,
+            kind,
+            body,
+        }
+    }
 }
 
 /// How long the harness may take to start the next cell (process start-up, dynamic linking).

@@ -6,6 +6,7 @@
 //! **render** code and output back into the chapters. [`process`] is that walk over plain
 //! strings; [`Cells`] adapts it to mdbook's preprocessor protocol.
 
+pub mod bundle;
 pub mod cache;
 pub mod compile;
 pub mod config;
@@ -40,6 +41,8 @@ pub enum Error {
     },
     #[error("cannot run the cells: {0}")]
     Run(std::io::Error),
+    #[error("cannot write the GPU-cell bundle: {0}")]
+    Bundle(#[from] bundle::BundleError),
 }
 
 /// A chapter as [`process`] sees it.
@@ -137,10 +140,8 @@ impl Plan {
 /// whether they fail the build.
 pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Report, Error> {
     let mut report = Report::default();
-    let gpu = freeze::requested(config.gpu)
-        .then(|| config.gpu_name.clone().or_else(freeze::gpu_name))
-        .flatten();
-    let mut plan = plan(root, config, docs, gpu.is_some());
+    let gpu = GpuCells::of(config);
+    let mut plan = plan(root, config, docs, !matches!(gpu, GpuCells::Frozen));
     report.cells = plan.cells.iter().filter(|f| f.key.is_some()).count();
 
     let cache_dir = root.join(&config.cache_dir);
@@ -151,8 +152,13 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
     let cache = Cache::open(&cache_dir).map_err(cache_error)?;
     let mut outcomes: HashMap<String, Stored> = HashMap::new();
     let mut misses = Vec::new();
+    let mut bundled = Vec::new();
     for f in &plan.cells {
         let Some(key) = &f.key else { continue };
+        if f.freeze.is_some() && matches!(gpu, GpuCells::Bundle(_)) {
+            bundled.push(f);
+            continue;
+        }
         match cache.get(key) {
             Some(stored) => {
                 outcomes.insert(f.module.clone(), stored);
@@ -161,7 +167,8 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             None => misses.push(f),
         }
     }
-    let prelude_errors = if misses.is_empty() {
+    report.cells -= bundled.len();
+    let prelude_errors = if misses.is_empty() && bundled.is_empty() {
         HashMap::new()
     } else {
         let prelude_errors = compile_and_run(
@@ -169,7 +176,11 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             config,
             docs,
             &plan,
-            &misses,
+            Todo {
+                misses: &misses,
+                bundled: &bundled,
+                gpu: &gpu,
+            },
             &mut outcomes,
             &mut report,
         )?;
@@ -191,12 +202,39 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
     let live: HashSet<String> = plan.cells.iter().filter_map(|f| f.key.clone()).collect();
     cache.retain(&live).map_err(cache_error)?;
     drop(cache);
-    if let Some(gpu) = &gpu {
+    if let GpuCells::Run(gpu) = &gpu {
         freeze_gpu_outputs(&plan, &outcomes, gpu, &mut report);
     }
 
     render_pages(docs, &mut plan, &outcomes, &prelude_errors, &mut report);
     Ok(report)
+}
+
+/// What a build does with the cells marked `gpu`.
+enum GpuCells {
+    /// Shows their freezes (no GPU runs asked for, or no GPU here).
+    Frozen,
+    /// Runs them on this machine's GPU, named so, and freezes their outputs.
+    Run(String),
+    /// Compiles them into a bundle for a GPU box, in this folder (see [`bundle`]).
+    Bundle(PathBuf),
+}
+
+impl GpuCells {
+    fn of(config: &Config) -> GpuCells {
+        let bundle = config.gpu_bundle.clone().or_else(|| {
+            std::env::var_os("MDBOOK_CELLS_GPU_BUNDLE")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
+        if let Some(dir) = bundle {
+            return GpuCells::Bundle(dir);
+        }
+        freeze::requested(config.gpu)
+            .then(|| config.gpu_name.clone().or_else(freeze::gpu_name))
+            .flatten()
+            .map_or(GpuCells::Frozen, GpuCells::Run)
+    }
 }
 
 /// Writes the freeze of every GPU cell that ran and succeeded, unless an identical one exists.
@@ -237,9 +275,9 @@ fn freeze_gpu_outputs(
     }
 }
 
-/// Parses every chapter, finds each one's prelude, and keys every runnable cell; `gpu_runs`:
-/// GPU cells run too.
-fn plan(root: &Path, config: &Config, docs: &[Document], gpu_runs: bool) -> Plan {
+/// Parses every chapter, finds each one's prelude, and keys every runnable cell; `gpu_compiled`:
+/// GPU cells are compiled too (to run here or to be bundled).
+fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> Plan {
     let parsed: Vec<Vec<Segment>> = docs.iter().map(|d| parse::split(&d.content)).collect();
     let mut preludes: Vec<Option<(String, usize)>> = vec![None; docs.len()];
     let mut cell_errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
@@ -261,6 +299,7 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_runs: bool) -> Plan
     }
 
     let environment = environment_key(root, config);
+    let gpu_environment = gpu_environment_key(root, config, &environment);
     let mut cells = Vec::new();
     for (d, segments) in parsed.iter().enumerate() {
         let mut gpu_cells = 0;
@@ -289,9 +328,13 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_runs: bool) -> Plan
                 let path = freeze::path(root, &config.freeze_dir, &docs[d].source, gpu_cells);
                 (path, inputs.clone())
             });
-            let runnable = !c.options.gpu || gpu_runs;
+            let runnable = !c.options.gpu || gpu_compiled;
             let key = inputs.filter(|_| runnable).map(|inputs| {
-                let mut h = environment.clone();
+                let mut h = if c.options.gpu {
+                    gpu_environment.clone()
+                } else {
+                    environment.clone()
+                };
                 h.part("cell", inputs.as_bytes());
                 h.finish()
             });
@@ -312,6 +355,14 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_runs: bool) -> Plan
     }
 }
 
+/// What a build compiles: the cells to run (cache misses), the GPU cells to bundle, and what
+/// happens to GPU cells.
+struct Todo<'a> {
+    misses: &'a [&'a Found],
+    bundled: &'a [&'a Found],
+    gpu: &'a GpuCells,
+}
+
 /// Compiles the book's cells as one crate and runs those without an outcome. Returns the
 /// compile errors found in chapters' preludes, by chapter.
 fn compile_and_run(
@@ -319,10 +370,15 @@ fn compile_and_run(
     config: &Config,
     docs: &[Document],
     plan: &Plan,
-    misses: &[&Found],
+    todo: Todo,
     outcomes: &mut HashMap<String, Stored>,
     report: &mut Report,
 ) -> Result<HashMap<usize, String>, Error> {
+    let Todo {
+        misses,
+        bundled,
+        gpu,
+    } = todo;
     let cache_dir = root.join(&config.cache_dir);
     // Every runnable cell goes into the crate so its module set is stable between builds;
     // cached compile failures stay out (they would fail again).
@@ -347,7 +403,7 @@ fn compile_and_run(
     let krate = CellCrate::write(
         &crate_dir,
         &cache_dir.join("target"),
-        &cell_crate_dependencies(root, config),
+        &cell_crate_dependencies(root, config, !matches!(gpu, GpuCells::Frozen)),
         &sources,
         Some(&root.join("Cargo.lock")),
     )
@@ -361,7 +417,8 @@ fn compile_and_run(
 
     let mut prelude_errors = HashMap::new();
     let mut jobs = Vec::new();
-    for f in misses {
+    let mut to_bundle = Vec::new();
+    for f in misses.iter().chain(bundled) {
         if let Some(global) = &compiled.global {
             outcomes.insert(f.module.clone(), failure("build", global));
         } else if let Some(diags) = compiled.errors.get(&f.module) {
@@ -378,11 +435,39 @@ fn compile_and_run(
             outcomes.insert(f.module.clone(), failure("compile", &text.join("\n\n")));
         } else {
             let secs = plan.cell(f).options.timeout.unwrap_or(config.timeout);
-            jobs.push(execute::Job {
+            let job = execute::Job {
                 module: f.module.clone(),
                 timeout: Duration::from_secs(secs),
-            });
+            };
+            match (&f.freeze, gpu) {
+                (Some((freeze, source)), GpuCells::Bundle(_)) => {
+                    to_bundle.push(bundle::BundledCell {
+                        module: job.module,
+                        chapter: docs[f.doc].source.clone(),
+                        line: plan.cell(f).fence_line,
+                        timeout_s: secs,
+                        freeze: freeze.strip_prefix(root).unwrap_or(freeze).to_path_buf(),
+                        source: source.clone(),
+                    })
+                }
+                _ => jobs.push(job),
+            }
         }
+    }
+    if let (GpuCells::Bundle(dir), Some(binary)) = (gpu, &compiled.binary)
+        && !to_bundle.is_empty()
+    {
+        let lines = to_bundle
+            .iter()
+            .filter_map(|c| Some((c.module.clone(), krate.line_maps().get(&c.module)?.clone())))
+            .collect();
+        let manifest = bundle::Bundle {
+            command: bundle::command(dir),
+            output_limit: config.output_limit,
+            cells: to_bundle,
+            lines,
+        };
+        bundle::write(&root.join(dir), binary, &manifest)?;
     }
     let Some(binary) = compiled.binary.filter(|_| !jobs.is_empty()) else {
         return Ok(prelude_errors);
@@ -394,21 +479,7 @@ fn compile_and_run(
     report.run_time = started.elapsed();
     report.ran = ran.len();
     for (module, ran) in ran {
-        let (kind, body) = match ran.end {
-            execute::End::Value { kind, body } => (kind, body),
-            execute::End::Panicked(msg) => ("panic".into(), krate.map_panic_location(&msg)),
-            execute::End::TimedOut(t) => (
-                "timeout".into(),
-                format!("killed after {} s (the cell's timeout)", t.as_secs()),
-            ),
-            execute::End::Died(why) => ("died".into(), why),
-        };
-        let stored = Stored {
-            stdout: ran.stdout,
-            stderr: ran.stderr,
-            kind,
-            body,
-        };
+        let stored = ran.into_stored(|m| krate.map_panic_location(m));
         outcomes.insert(module, stored);
     }
     Ok(prelude_errors)
@@ -684,6 +755,21 @@ fn environment_key(root: &Path, config: &Config) -> KeyHasher {
     h
 }
 
+/// A GPU cell's environment: the CPU cells' and the GPU cells' own dependencies.
+fn gpu_environment_key(root: &Path, config: &Config, environment: &KeyHasher) -> KeyHasher {
+    let mut h = environment.clone();
+    h.part(
+        "gpu-dependencies",
+        toml::to_string(&config.gpu_dependencies)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    for dir in config.gpu_path_dependencies(root) {
+        h.tree(&dir);
+    }
+    h
+}
+
 /// The compiler the cells are built with. A toolchain file that pins an exact version names it
 /// (no process to spawn: that is a third of a fully cached rebuild); otherwise `rustc -vV`.
 fn toolchain(root: &Path) -> String {
@@ -719,8 +805,8 @@ fn toolchain(root: &Path) -> String {
 }
 
 /// The book's dependencies plus `cell-output`, which every cell crate needs.
-fn cell_crate_dependencies(root: &Path, config: &Config) -> toml::Table {
-    let mut deps = config.absolute_dependencies(root);
+fn cell_crate_dependencies(root: &Path, config: &Config, gpu: bool) -> toml::Table {
+    let mut deps = config.absolute_dependencies(root, gpu);
     deps.entry("cell-output")
         .or_insert_with(|| env!("CARGO_PKG_VERSION").into());
     deps

@@ -1,4 +1,6 @@
-//! The `mdbook-cells` preprocessor binary: mdbook's protocol around the library.
+//! The `mdbook-cells` preprocessor binary: mdbook's protocol around the library, and
+//! `mdbook-cells run-bundle DIR [--gpu-name NAME]`, which runs a GPU-cell bundle on a GPU box
+//! from the book's root (see `mdbook_cells::bundle`).
 
 use anyhow::Context;
 use mdbook_cells::Cells;
@@ -14,6 +16,15 @@ fn main() -> ExitCode {
         return match Cells.supports_renderer(renderer) {
             Ok(true) => ExitCode::SUCCESS,
             _ => ExitCode::FAILURE,
+        };
+    }
+    if args.first().is_some_and(|a| a == "run-bundle") {
+        return match run_bundle(&args[1..]) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("mdbook-cells run-bundle: error: {e:#}");
+                ExitCode::FAILURE
+            }
         };
     }
     match run() {
@@ -33,4 +44,34 @@ fn run() -> anyhow::Result<()> {
     serde_json::to_writer(&mut out, &book).context("writing the book back to mdbook")?;
     out.flush()?;
     Ok(())
+}
+
+fn run_bundle(args: &[String]) -> anyhow::Result<ExitCode> {
+    let (dir, gpu_name) = match args {
+        [dir] => (dir, None),
+        [dir, flag, name] if flag == "--gpu-name" => (dir, Some(name.clone())),
+        _ => anyhow::bail!("usage: mdbook-cells run-bundle DIR [--gpu-name NAME]"),
+    };
+    let run = mdbook_cells::bundle::run(
+        std::path::Path::new(dir),
+        std::path::Path::new("."),
+        gpu_name,
+    )
+    .with_context(|| format!("running the bundle in {dir}"))?;
+    for path in &run.frozen {
+        println!("froze {}", path.display());
+    }
+    for failure in &run.failed {
+        eprintln!("{failure}");
+    }
+    println!(
+        "{} GPU cell(s) frozen, {} failed",
+        run.frozen.len(),
+        run.failed.len()
+    );
+    Ok(if run.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -401,3 +401,62 @@ fn gpu_cells_freeze_on_a_gpu_and_render_frozen_elsewhere() {
         "the problem is at the cell's fence"
     );
 }
+
+#[test]
+fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cells-gpu-bundle");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let (freeze, bundle_dir) = (tmp.join("freeze"), tmp.join("bundle"));
+    let chapter = "# GPU\n\n```cell\n//| gpu\n6 * 7\n```\n\n```cell\n//| gpu\n\
+                   panic!(\"no device\")\n```\n\n```cell\n1 + 1\n```\n";
+    let settings = |bundle: bool| {
+        let (f, b) = (freeze.clone(), bundle_dir.clone());
+        move |c: &mut Config| {
+            c.freeze_dir = f;
+            c.gpu_bundle = bundle.then_some(b);
+        }
+    };
+
+    // Here: the CPU cell runs, the GPU cells are compiled into the bundle, not run.
+    let (page, report) = run_text("bundle", chapter, settings(true));
+    assert_eq!((report.cells, report.ran), (1, 1), "{report}");
+    assert!(page.contains("needs a GPU run"), "{page}");
+    let manifest: mdbook_cells::bundle::Bundle = serde_json::from_str(
+        &std::fs::read_to_string(bundle_dir.join("bundle.json")).expect("a manifest"),
+    )
+    .unwrap();
+    assert_eq!(manifest.cells.len(), 2);
+    assert_eq!(
+        (manifest.cells[0].chapter.as_str(), manifest.cells[0].line),
+        ("src/inline.md", 3)
+    );
+    assert!(bundle_dir.join("cells").exists() && bundle_dir.join("mdbook-cells").exists());
+
+    // On the GPU box: the good cell is frozen, the panic is reported at its own chapter line.
+    let run = mdbook_cells::bundle::run(&bundle_dir, &fixture("basic"), Some("Test GPU B1".into()))
+        .unwrap();
+    assert_eq!(run.frozen.len(), 1, "{run:?}");
+    assert_eq!(run.failed.len(), 1, "{run:?}");
+    assert!(
+        run.failed[0]
+            .starts_with("src/inline.md:8: GPU cell failed: panic: no device at src/inline.md:10"),
+        "{}",
+        run.failed[0]
+    );
+
+    // Back here: rendered from the freeze, whose badge names both commands.
+    let (page, report) = run_text("bundle", chapter, settings(false));
+    assert!(
+        page.contains("GPU output recorded on Test GPU B1 at "),
+        "{page}"
+    );
+    assert!(page.contains("run-bundle") && page.contains("42"), "{page}");
+    assert!(!page.contains("cell-stale"), "{page}");
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        problems.len(),
+        1,
+        "only the failed cell lacks a freeze: {problems:?}"
+    );
+    assert!(problems[0].starts_with("src/inline.md:8:"), "{problems:?}");
+}

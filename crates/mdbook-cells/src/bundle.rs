@@ -1,0 +1,162 @@
+//! GPU cells for a GPU box without a Rust toolchain: compiled here, run there.
+//!
+//! `MDBOOK_CELLS_GPU_BUNDLE=DIR mdbook build` (or `gpu-bundle = "DIR"`) compiles the book's GPU
+//! cells with the rest, runs only the CPU cells, and writes to `DIR` the compiled cells, this
+//! preprocessor's own binary and `bundle.json` (each GPU cell's module, timeout, freeze file and
+//! the hash its freeze must carry). On the GPU box, from the book's root (the cells read the
+//! book's files): `DIR/mdbook-cells run-bundle DIR` runs them through the same harness as a
+//! build and writes their freezes, which then come back with the book. A freeze made this way
+//! is the same as one from `MDBOOK_CELLS_GPU=1 mdbook build`; its badge names both commands.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::compile::{LineMap, map_panic_location};
+use crate::{execute, freeze, is_failure};
+
+/// The file in a bundle folder that lists its cells.
+const MANIFEST: &str = "bundle.json";
+/// The compiled cells, in a bundle folder.
+const CELLS: &str = "cells";
+/// This preprocessor's binary, in a bundle folder.
+const RUNNER: &str = "mdbook-cells";
+
+/// A bundle's manifest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Bundle {
+    /// What a freeze's badge says made it: the two commands.
+    pub command: String,
+    pub output_limit: usize,
+    pub cells: Vec<BundledCell>,
+    /// Where the bundled modules' lines came from, to place a panic in its chapter.
+    pub lines: BTreeMap<String, LineMap>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BundledCell {
+    pub module: String,
+    /// The chapter's file and the cell's fence line, for messages.
+    pub chapter: String,
+    pub line: usize,
+    pub timeout_s: u64,
+    /// The freeze file, relative to the book root.
+    pub freeze: PathBuf,
+    /// The hash the freeze carries (see [`freeze`]).
+    pub source: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a GPU-cell bundle: {reason}")]
+    Manifest { path: PathBuf, reason: String },
+    #[error(
+        "no CUDA GPU here (`nvidia-smi` names none); pass --gpu-name NAME if its tool is elsewhere"
+    )]
+    NoGpu,
+    #[error("cannot run the bundled cells: {0}")]
+    Run(std::io::Error),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
+    move |source| BundleError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The two commands, as a badge names them; `dir` as the user wrote it.
+pub fn command(dir: &Path) -> String {
+    let dir = dir.display();
+    format!("MDBOOK_CELLS_GPU_BUNDLE={dir} mdbook build; {dir}/{RUNNER} run-bundle {dir}")
+}
+
+/// Writes the bundle: `binary` (the compiled cells, stripped of symbols where `strip` exists:
+/// it travels), this process's own executable, and the manifest.
+pub fn write(dir: &Path, binary: &Path, bundle: &Bundle) -> Result<(), BundleError> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let cells = dir.join(CELLS);
+    std::fs::copy(binary, &cells).map_err(io(&cells))?;
+    // Optional: an unstripped binary runs the same, it is only larger.
+    let _ = std::process::Command::new("strip").arg(&cells).status();
+    let runner = dir.join(RUNNER);
+    let me = std::env::current_exe().map_err(io(&runner))?;
+    std::fs::copy(&me, &runner).map_err(io(&runner))?;
+    let manifest = dir.join(MANIFEST);
+    let text = serde_json::to_string_pretty(bundle).expect("a bundle serializes") + "\n";
+    std::fs::write(&manifest, text).map_err(io(&manifest))
+}
+
+/// What running a bundle did.
+#[derive(Debug, Default)]
+pub struct BundleRun {
+    /// Freeze files written (relative to the root).
+    pub frozen: Vec<PathBuf>,
+    /// `chapter:line: GPU cell failed: kind: message` for each cell that failed (not frozen).
+    pub failed: Vec<String>,
+}
+
+/// Runs the bundle in `dir` on this machine's GPU with `root` (the book's root) as the working
+/// directory, and writes the freeze of every cell that succeeded. `gpu_name` overrides
+/// `nvidia-smi`.
+pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRun, BundleError> {
+    let manifest = dir.join(MANIFEST);
+    let text = std::fs::read_to_string(&manifest).map_err(io(&manifest))?;
+    let bundle: Bundle = serde_json::from_str(&text).map_err(|e| BundleError::Manifest {
+        path: manifest.clone(),
+        reason: e.to_string(),
+    })?;
+    let gpu = gpu_name
+        .or_else(freeze::gpu_name)
+        .ok_or(BundleError::NoGpu)?;
+    let jobs: Vec<execute::Job> = bundle
+        .cells
+        .iter()
+        .map(|c| execute::Job {
+            module: c.module.clone(),
+            timeout: Duration::from_secs(c.timeout_s),
+        })
+        .collect();
+    let ran = execute::run_all(
+        &dir.join(CELLS),
+        root,
+        &dir.join("results"),
+        &jobs,
+        bundle.output_limit,
+    )
+    .map_err(BundleError::Run)?;
+    let mut ran: BTreeMap<String, execute::Ran> = ran.into_iter().collect();
+    let mut outcome = BundleRun::default();
+    for cell in &bundle.cells {
+        let Some(ran) = ran.remove(&cell.module) else {
+            continue;
+        };
+        let stored = ran.into_stored(|m| map_panic_location(&bundle.lines, m));
+        if is_failure(&stored.kind) {
+            let first = stored.body.lines().next().unwrap_or_default();
+            outcome.failed.push(format!(
+                "{}:{}: GPU cell failed: {}: {first}",
+                cell.chapter, cell.line, stored.kind
+            ));
+            continue;
+        }
+        let frozen = freeze::Freeze {
+            source: cell.source.clone(),
+            gpu: gpu.clone(),
+            date: cell_output::utc_now(),
+            command: bundle.command.clone(),
+            output: stored,
+        };
+        let path = root.join(&cell.freeze);
+        freeze::write(&path, &frozen).map_err(io(&path))?;
+        outcome.frozen.push(cell.freeze.clone());
+    }
+    Ok(outcome)
+}
