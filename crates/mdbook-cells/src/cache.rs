@@ -93,19 +93,28 @@ impl KeyHasher {
         self
     }
 
-    /// Adds a file, or every file under a folder (skipping `target/` and hidden entries), by
-    /// relative name and content; a missing path is hashed as missing.
-    pub fn tree(&mut self, path: &Path) -> &mut Self {
+    /// Adds the file `root/path`, or every file under that folder (skipping `target/` and
+    /// hidden entries), by name relative to `root` and content; a missing path is hashed as
+    /// missing.
+    pub fn tree(&mut self, root: &Path, path: &Path) -> &mut Self {
+        let full = root.join(path);
         let mut files = Vec::new();
-        collect_files(path, &mut files);
+        collect_files(&full, &mut files);
         files.sort();
-        self.part("tree", path.to_string_lossy().as_bytes());
+        // Names relative to the root: a freeze made in one checkout is current in another.
+        let name = |p: &Path| {
+            p.strip_prefix(root)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .into_owned()
+        };
+        self.part("tree", name(&full).as_bytes());
         if files.is_empty() {
             self.part("missing", &[]);
         }
         for file in files {
             let content = std::fs::read(&file).unwrap_or_default();
-            self.part(&file.to_string_lossy(), &content);
+            self.part(&name(&file), &content);
         }
         self
     }

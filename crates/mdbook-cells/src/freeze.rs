@@ -44,6 +44,11 @@ impl Freeze {
 /// The command that makes freezes, as the badge names it.
 pub const COMMAND: &str = "MDBOOK_CELLS_GPU=1 mdbook build";
 
+/// How to make a missing or stale freeze.
+pub const HOW: &str = "run `MDBOOK_CELLS_GPU=1 mdbook build` on a machine with a CUDA GPU, or \
+                       build a bundle for one without Rust (`MDBOOK_CELLS_GPU_BUNDLE=DIR mdbook \
+                       build`, then `DIR/mdbook-cells run-bundle DIR` there)";
+
 /// Where chapter `chapter`'s `n`-th GPU cell (1-based) is frozen.
 pub fn path(root: &Path, freeze_dir: &Path, chapter: &str, n: usize) -> PathBuf {
     let chapter = Path::new(chapter);

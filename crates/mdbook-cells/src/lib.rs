@@ -319,7 +319,7 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> 
                     .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())
                     .part("expect-fail", &[u8::from(c.options.expect_fail)]);
                 for read in &c.options.reads {
-                    h.tree(&root.join(read));
+                    h.tree(root, Path::new(read));
                 }
                 h.finish()
             });
@@ -569,12 +569,11 @@ fn render_pages(
                                         line: c.fence_line,
                                         reason: format!(
                                             "the GPU cell's frozen output ({}) is stale: its \
-                                             code or inputs changed since it ran on {} at {}; \
-                                             rerun `{}` on a machine with a CUDA GPU",
+                                             code or inputs changed since it ran on {} at {}; {}",
                                             path.display(),
                                             f.gpu,
                                             f.date,
-                                            freeze::COMMAND
+                                            freeze::HOW
                                         ),
                                     });
                                 }
@@ -589,10 +588,9 @@ fn render_pages(
                                     file: doc.source.clone(),
                                     line: c.fence_line,
                                     reason: format!(
-                                        "the GPU cell has no frozen output at {}; run `{}` on a \
-                                         machine with a CUDA GPU",
+                                        "the GPU cell has no frozen output at {}; {}",
                                         path.display(),
-                                        freeze::COMMAND
+                                        freeze::HOW
                                     ),
                                 });
                                 Shown::Note(format!(
@@ -747,10 +745,10 @@ fn environment_key(root: &Path, config: &Config) -> KeyHasher {
         &std::fs::read(root.join("Cargo.lock")).unwrap_or_default(),
     );
     for dir in config.path_dependencies(root) {
-        h.tree(&dir);
+        h.tree(root, &dir);
     }
     for input in &config.inputs {
-        h.tree(&root.join(input));
+        h.tree(root, input);
     }
     h
 }
@@ -765,7 +763,7 @@ fn gpu_environment_key(root: &Path, config: &Config, environment: &KeyHasher) ->
             .as_bytes(),
     );
     for dir in config.gpu_path_dependencies(root) {
-        h.tree(&dir);
+        h.tree(root, &dir);
     }
     h
 }

@@ -460,3 +460,46 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     );
     assert!(problems[0].starts_with("src/inline.md:8:"), "{problems:?}");
 }
+
+#[test]
+fn a_freeze_made_in_one_checkout_is_current_in_another() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cells-two-checkouts");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let chapter = "# GPU\n\n```cell\n//| gpu\n//| reads: data/answer.txt\n\
+                   std::fs::read_to_string(\"data/answer.txt\")?.trim().to_string()\n```\n";
+    let build = |root: &Path, gpu: bool| {
+        std::fs::create_dir_all(root.join("data")).unwrap();
+        std::fs::write(root.join("data/answer.txt"), "42\n").unwrap();
+        let mut config = config(&fixture("basic"), &cache_dir("two-checkouts"));
+        config.freeze_dir = "freeze".into();
+        let cell_output = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cell-output");
+        config.dependencies = toml::from_str(&format!(
+            "cell-output = {{ path = {:?} }}",
+            cell_output.display().to_string()
+        ))
+        .unwrap();
+        config.gpu = gpu;
+        config.gpu_name = gpu.then(|| "Test GPU C1".into());
+        let mut docs = vec![Document {
+            source: "src/gpu.md".into(),
+            html_path: "gpu.html".into(),
+            number: None,
+            content: chapter.into(),
+        }];
+        let report = process(root, &config, &mut docs).unwrap();
+        (docs.remove(0).content, report)
+    };
+    let (here, there) = (tmp.join("here"), tmp.join("elsewhere/clone"));
+    let (_, report) = build(&here, true);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let freeze = Path::new("freeze/gpu/gpu-1.json");
+    std::fs::create_dir_all(there.join("freeze/gpu")).unwrap();
+    std::fs::copy(here.join(freeze), there.join(freeze)).unwrap();
+
+    let (page, report) = build(&there, false);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert!(
+        page.contains("Test GPU C1") && !page.contains("cell-stale"),
+        "{page}"
+    );
+}
