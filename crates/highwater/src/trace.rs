@@ -159,29 +159,46 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
     }
 
     b.phase(Phase::Optimizer);
-    if step == 1 {
-        // Adam's moments: zeros shaped like each parameter, created on the first update.
-        for (i, &p) in params.iter().enumerate() {
-            for k in 0..recipe.optimizer.states_per_param() as usize {
+    let states_per_param = recipe.optimizer.states_per_param() as usize;
+    for (i, &p) in params.iter().enumerate() {
+        // burn's `OptimizerAdaptor` skips a parameter without a gradient.
+        let Some(grad) = param_grads[i] else { continue };
+        if states_per_param == 0 {
+            // SGD (burn-optim 0.21 `sgd.rs`): `tensor - grad.mul_scalar(lr)`, both in place.
+            b.free(grad);
+            continue;
+        }
+        // Adam, in burn-optim 0.21's order (`adam.rs`, `AdaptiveMomentum::transform`); every op
+        // on a unique handle (moments, parameter) runs in place, every other one allocates.
+        if step == 1 {
+            // `moment_1 = grad.clone().mul_scalar(..)`: new; `moment_2 = grad.square()..`:
+            // `square` is `mul(grad.clone(), grad)`, new, and with it the gradient's last
+            // handle goes. The moments live for the rest of the run.
+            for k in 0..states_per_param {
                 b.events.push(Event::Alloc {
-                    buf: (i * recipe.optimizer.states_per_param() as usize + k) as Buf,
+                    buf: (i * states_per_param + k) as Buf,
                     bytes: p,
                 });
             }
-        }
-    }
-    for (i, &p) in params.iter().enumerate() {
-        // Moments and parameter are updated in place (unique handles); the update needs two
-        // temporaries the size of the parameter.
-        let temps: Vec<Buf> = (0..recipe.optimizer.states_per_param().max(1))
-            .map(|_| b.alloc(p))
-            .collect();
-        for t in temps {
+            b.free(grad);
+        } else {
+            // `moment_1.mul_scalar(..).add(grad.clone().mul_scalar(..))`: one temporary,
+            // summed into the moment in place.
+            let t = b.alloc(p);
+            b.free(t);
+            // `moment_2.mul_scalar(..).add(grad.square().mul_scalar(..))`: the square is new,
+            // and consumes the gradient.
+            let t = b.alloc(p);
+            b.free(grad);
             b.free(t);
         }
-        if let Some(g) = param_grads[i] {
-            b.free(g);
-        }
+        // `moment_1.clone().mul_scalar(..).div(moment_2.clone().sqrt().add_scalar(..))`: two
+        // new tensors (the moments are shared), the quotient in place; then
+        // `tensor - delta.mul_scalar(lr)` in place.
+        let c = b.alloc(p);
+        let d = b.alloc(p);
+        b.free(d);
+        b.free(c);
     }
     b.free(loss);
     StepTrace {
