@@ -769,4 +769,66 @@ mod tests {
         assert_eq!(l.rows[b.0].storage, Storage::View(m));
         assert_eq!(l.rows[c.0].storage, Storage::New);
     }
+
+    /// Most buffers of `bytes` alive at once during the call's backward, held ones included.
+    fn backward_peak(l: &Ledger, bytes: u64) -> usize {
+        let mut live: Vec<u64> = l.held.iter().map(|&(_, b)| b).collect();
+        let mut sizes = std::collections::HashMap::new();
+        let count = |live: &[u64]| live.iter().filter(|&&b| b == bytes).count();
+        let mut peak = count(&live);
+        let remove = |live: &mut Vec<u64>, b: u64| {
+            let i = live.iter().position(|&x| x == b).expect("a live buffer");
+            live.remove(i);
+        };
+        for e in &l.backward {
+            match *e {
+                BackwardEvent::Alloc { buf, bytes: b } => {
+                    sizes.insert(buf, b);
+                    live.push(b);
+                    peak = peak.max(count(&live));
+                }
+                BackwardEvent::Free { buf }
+                | BackwardEvent::ParamGrad { buf, .. }
+                | BackwardEvent::InputGrad { buf } => remove(&mut live, sizes[&buf]),
+                BackwardEvent::FreeHeld { owner } => {
+                    let b = l.held.iter().find(|(o, _)| *o == owner).expect("held").1;
+                    remove(&mut live, b);
+                }
+            }
+        }
+        peak
+    }
+
+    #[test]
+    fn balanced_silu_backward_peaks_where_burns_does() {
+        // Measured on the H200 (wave-stack silu/balanced/cube): one [N, f] page per call fewer
+        // than a backward that allocates every gradient afresh. burn: recompute sigmoid(mid)
+        // and h (two new), grad(h) (new); mul's backward then writes grad(mid) into the
+        // retrieved sigmoid and grad(sigmoid) into grad(h), both unique: nothing new.
+        let mut g = Graph::new(DType::F32);
+        ffn_silu(&mut g);
+        let l = g.ledger(Checkpointing::Balanced, Backend::Cube);
+        assert_eq!(backward_peak(&l, 33_554_432), 4, "{:?}", l.backward);
+        let none = g.ledger(Checkpointing::None, Backend::Cube);
+        assert_eq!(backward_peak(&none, 33_554_432), 4, "{:?}", none.backward);
+    }
+
+    #[test]
+    fn balanced_situ_tensor_backward_recomputes_in_place() {
+        // Measured on the H200 (wave-stack situ-tensor/balanced/cube): seven [N, f] buffers at
+        // the peak, not ten. The retro-forwards overwrite a state at its last use: g' in place
+        // over tanh(g/c), u' over tanh(u/c), and u/c over the view of `mid` itself once the
+        // last backup of `mid` is taken.
+        let recipe = crate::recipe::Recipe::parse(
+            "small.toml",
+            include_str!("../../../repro/recipes/small.toml"),
+        )
+        .unwrap()
+        .with(
+            crate::recipe::Activation::SituTensor,
+            Checkpointing::Balanced,
+        );
+        let l = crate::ffn::expert_ledger(&recipe);
+        assert_eq!(backward_peak(&l, 33_554_432), 7, "{:?}", l.backward);
+    }
 }
