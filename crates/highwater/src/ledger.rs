@@ -20,8 +20,9 @@
 //!   elementwise ops write into an input whose handle is unique (`can_mut`), which a kept
 //!   (held) tensor, a tensor still needed later, a view's parent or a parameter never is.
 //!
-//! Backward costs (gradient buffers, temporaries, recomputation) are modelled from the same
-//! files' `backward` bodies, at the level of "which buffers exist", not verified byte by byte.
+//! Backward (gradient buffers, temporaries, recomputation, when each held buffer goes) is
+//! not a cost table: `ledger/backward.rs` runs burn-autodiff's checkpointer and the op bodies'
+//! `backward` on buffer handles, with the same in-place rules, in burn's order.
 
 use std::fmt;
 
@@ -30,6 +31,9 @@ use serde::Serialize;
 use crate::layout::{DType, Shape};
 use crate::pool::CUDA_ALIGNMENT;
 use crate::recipe::{Backend, Checkpointing};
+
+mod backward;
+pub use backward::BackwardEvent;
 
 /// A tensor in a [`Graph`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -394,22 +398,6 @@ impl LedgerRow {
     }
 }
 
-/// One backward step of the layer, in terms of buffers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BackwardStep {
-    pub node: TensorId,
-    /// Outputs recomputed (Balanced) before the step: (tensor, bytes; 0 for a view).
-    pub recompute: Vec<(TensorId, u64)>,
-    /// Recomputed outputs whose last backward use this is.
-    pub release_recomputed: Vec<TensorId>,
-    /// Temporaries allocated and freed inside the step.
-    pub temps: Vec<u64>,
-    /// Gradients of inputs: (input, bytes, reuses the output gradient's buffer).
-    pub grads: Vec<(TensorId, u64, bool)>,
-    /// Held tensors whose last backward use this is.
-    pub release: Vec<TensorId>,
-}
-
 /// The per-call table plus what the trace needs to replay the call.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Ledger {
@@ -422,9 +410,11 @@ pub struct Ledger {
     pub forward_frees: Vec<Vec<TensorId>>,
     /// Buffers held when backward starts (by owner), with their bytes.
     pub held: Vec<(TensorId, u64)>,
-    /// Balanced backups that nothing recomputes: released when backward starts.
+    /// Balanced backups that nothing recomputes: released when the checkpointer is built, as
+    /// backward starts.
     pub released_at_backward: Vec<TensorId>,
-    pub backward: Vec<BackwardStep>,
+    /// The call's backward as pool events, replayed the way burn runs it (`ledger/backward.rs`).
+    pub backward: Vec<BackwardEvent>,
     pub outputs: Vec<TensorId>,
     pub params: Vec<(TensorId, u64)>,
 }
@@ -654,152 +644,23 @@ impl<'a> Analysis<'a> {
             }
         }
 
-        // Backward, in reverse: grads, temporaries, recomputation, releases.
-        let recompute_of = |t: usize| matches!(kept[t], Kept::Recomputed(_));
-        // Held buffers are released after the backward of their earliest forward user that
-        // needs them (the last backward step to touch them).
-        let mut needed_by: Vec<Option<usize>> = vec![None; n];
-        for (i, nd) in g.nodes.iter().enumerate() {
-            for s in &nd.saves {
-                let o = buffer_of[s.0].0;
-                needed_by[o] = Some(needed_by[o].map_or(i, |e: usize| e.min(i)));
-            }
-        }
-        // Backups needed by a recompute chain stay until the chain's first user runs.
-        for (i, k) in kept.iter().enumerate() {
-            if let Kept::Recomputed(_) = k {
-                let mut stack = g.nodes[i].inputs.clone();
-                let first = self.consumers[i].iter().copied().min().unwrap_or(i);
-                while let Some(p) = stack.pop() {
-                    let o = buffer_of[p.0].0;
-                    if buffer_held[o] {
-                        needed_by[o] = Some(needed_by[o].map_or(first, |e: usize| e.min(first)));
-                    } else if recompute_of(p.0) || self.effective(p.0) == Bound::Memory {
-                        stack.extend(g.nodes[p.0].inputs.iter().copied());
-                    }
-                }
-            }
-        }
-        let mut released_at_backward = vec![];
-        let mut release_at: Vec<Vec<TensorId>> = vec![vec![]; n];
-        for &(o, _) in &held {
-            if g.outputs.contains(&o) {
-                continue;
-            }
-            match needed_by[o.0] {
-                Some(i) => release_at[i].push(o),
-                None => released_at_backward.push(o),
-            }
-        }
-        let bytes = |t: TensorId| g.nodes[t.0].shape.bytes(dtype);
-        let mut backward = vec![];
-        let mut cached = vec![false; n];
-        let mut release_re: Vec<Vec<TensorId>> = vec![vec![]; n];
-        for i in (0..n).rev() {
-            let nd = &g.nodes[i];
-            if !nd.tracked || matches!(nd.op, Op::Param | Op::Input) {
-                continue;
-            }
-            // Recompute what this step retrieves and nobody holds, parents first, down to
-            // held stop nodes (burn's `update_n_required_of_parents` walk).
-            let mut recompute = vec![];
-            let mut todo: Vec<usize> = nd
-                .saves
-                .iter()
-                .filter(|s| recompute_of(s.0))
-                .map(|s| s.0)
-                .collect();
-            while let Some(r) = todo.pop() {
-                if cached[r] {
-                    continue;
-                }
-                let missing: Vec<usize> = g.nodes[r]
-                    .inputs
-                    .iter()
-                    .map(|p| p.0)
-                    .filter(|&p| {
-                        !cached[p]
-                            && !buffer_held[buffer_of[p].0]
-                            && self.effective(p) == Bound::Memory
-                    })
-                    .collect();
-                if missing.is_empty() {
-                    cached[r] = true;
-                    let b = match storage[r] {
-                        Storage::View(_) => 0,
-                        _ => bytes(TensorId(r)),
-                    };
-                    recompute.push((TensorId(r), b));
-                    // Kept until the earliest forward user that retrieves it runs backward.
-                    let last = self.consumers[r]
-                        .iter()
-                        .copied()
-                        .filter(|&c| g.nodes[c].saves.contains(&TensorId(r)))
-                        .min()
-                        .unwrap_or(i)
-                        .min(i);
-                    release_re[last].push(TensorId(r));
-                } else {
-                    todo.push(r);
-                    todo.extend(missing);
-                }
-            }
-            let out = bytes(TensorId(i));
-            let tracked: Vec<TensorId> = nd
-                .inputs
-                .iter()
-                .copied()
-                .filter(|t| g.nodes[t.0].tracked)
-                .collect();
-            let mut temps = vec![];
-            let mut grads = vec![];
-            match &nd.op {
-                Op::Matmul => {
-                    for t in &tracked {
-                        grads.push((*t, bytes(*t), false));
-                    }
-                }
-                Op::Slice { .. } => {
-                    // zeros(parent shape) then slice_assign of the gradient.
-                    grads.push((nd.inputs[0], bytes(nd.inputs[0]), false));
-                }
-                Op::Scalar(_) => grads.push((nd.inputs[0], out, true)),
-                Op::AddSub(_) | Op::Mul | Op::Div => {
-                    for (k, t) in tracked.iter().enumerate() {
-                        // The last side takes the output gradient's (now unique) buffer.
-                        grads.push((*t, bytes(*t), k + 1 == tracked.len()));
-                    }
-                    if matches!(nd.op, Op::Div) {
-                        temps.push(out);
-                    }
-                }
-                Op::Unary(_) => {
-                    temps.push(out);
-                    grads.push((nd.inputs[0], out, true));
-                }
-                Op::Sigmoid => {
-                    // Recomputed sigmoid, then `neg(output)`; the product lands in place.
-                    temps.extend([out, out]);
-                    grads.push((nd.inputs[0], out, true));
-                }
-                Op::Reduce(_) => grads.push((nd.inputs[0], bytes(nd.inputs[0]), false)),
-                Op::Custom { backward_temps, .. } => {
-                    temps.extend(backward_temps.iter().map(|s| s.bytes(dtype)));
-                    for t in &tracked {
-                        grads.push((*t, bytes(*t), false));
-                    }
-                }
-                Op::Param | Op::Input => {}
-            }
-            backward.push(BackwardStep {
-                node: TensorId(i),
-                recompute,
-                temps,
-                grads,
-                release: std::mem::take(&mut release_at[i]),
-                release_recomputed: std::mem::take(&mut release_re[i]),
-            });
-        }
+        // Backward: burn's own pass, replayed on buffer handles.
+        let replay = backward::replay(&backward::Forward {
+            g,
+            effective: (0..n).map(|i| self.effective(i)).collect(),
+            storage: &storage,
+            buffer_of: &buffer_of,
+            backend: self.backend,
+        });
+        let released_at_backward: Vec<TensorId> = held
+            .iter()
+            .map(|&(o, _)| o)
+            .filter(|o| !replay.held.contains(o))
+            .collect();
+        debug_assert!(
+            replay.held.iter().all(|o| held.iter().any(|(h, _)| h == o)),
+            "a checkpointer state holds a buffer forward did not keep"
+        );
 
         let rows = (0..n)
             .map(|i| {
@@ -833,7 +694,7 @@ impl<'a> Analysis<'a> {
             forward_frees,
             held,
             released_at_backward,
-            backward,
+            backward: replay.events,
             outputs: g.outputs.clone(),
             params: of_kind(|o| matches!(o, Op::Param)),
         }
@@ -907,5 +768,67 @@ mod tests {
         assert_eq!(l.rows[a.0].storage, Storage::View(m));
         assert_eq!(l.rows[b.0].storage, Storage::View(m));
         assert_eq!(l.rows[c.0].storage, Storage::New);
+    }
+
+    /// Most buffers of `bytes` alive at once during the call's backward, held ones included.
+    fn backward_peak(l: &Ledger, bytes: u64) -> usize {
+        let mut live: Vec<u64> = l.held.iter().map(|&(_, b)| b).collect();
+        let mut sizes = std::collections::HashMap::new();
+        let count = |live: &[u64]| live.iter().filter(|&&b| b == bytes).count();
+        let mut peak = count(&live);
+        let remove = |live: &mut Vec<u64>, b: u64| {
+            let i = live.iter().position(|&x| x == b).expect("a live buffer");
+            live.remove(i);
+        };
+        for e in &l.backward {
+            match *e {
+                BackwardEvent::Alloc { buf, bytes: b } => {
+                    sizes.insert(buf, b);
+                    live.push(b);
+                    peak = peak.max(count(&live));
+                }
+                BackwardEvent::Free { buf }
+                | BackwardEvent::ParamGrad { buf, .. }
+                | BackwardEvent::InputGrad { buf } => remove(&mut live, sizes[&buf]),
+                BackwardEvent::FreeHeld { owner } => {
+                    let b = l.held.iter().find(|(o, _)| *o == owner).expect("held").1;
+                    remove(&mut live, b);
+                }
+            }
+        }
+        peak
+    }
+
+    #[test]
+    fn balanced_silu_backward_peaks_where_burns_does() {
+        // Measured on the H200 (wave-stack silu/balanced/cube): one [N, f] page per call fewer
+        // than a backward that allocates every gradient afresh. burn: recompute sigmoid(mid)
+        // and h (two new), grad(h) (new); mul's backward then writes grad(mid) into the
+        // retrieved sigmoid and grad(sigmoid) into grad(h), both unique: nothing new.
+        let mut g = Graph::new(DType::F32);
+        ffn_silu(&mut g);
+        let l = g.ledger(Checkpointing::Balanced, Backend::Cube);
+        assert_eq!(backward_peak(&l, 33_554_432), 4, "{:?}", l.backward);
+        let none = g.ledger(Checkpointing::None, Backend::Cube);
+        assert_eq!(backward_peak(&none, 33_554_432), 4, "{:?}", none.backward);
+    }
+
+    #[test]
+    fn balanced_situ_tensor_backward_recomputes_in_place() {
+        // Measured on the H200 (wave-stack situ-tensor/balanced/cube): seven [N, f] buffers at
+        // the peak, not ten. The retro-forwards overwrite a state at its last use: g' in place
+        // over tanh(g/c), u' over tanh(u/c), and u/c over the view of `mid` itself once the
+        // last backup of `mid` is taken.
+        let recipe = crate::recipe::Recipe::parse(
+            "small.toml",
+            include_str!("../../../repro/recipes/small.toml"),
+        )
+        .unwrap()
+        .with(
+            crate::recipe::Activation::SituTensor,
+            Checkpointing::Balanced,
+        );
+        let l = crate::ffn::expert_ledger(&recipe);
+        assert_eq!(backward_peak(&l, 33_554_432), 7, "{:?}", l.backward);
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::layout::Shape;
-use crate::ledger::{Ledger, TensorId};
+use crate::ledger::{BackwardEvent, Ledger, TensorId};
 use crate::recipe::{Checkpointing, Recipe};
 
 /// A buffer in a step's trace. Ids below [`StepTrace::persistent`] outlive the step.
@@ -145,7 +145,7 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
     for it in (0..recipe.max_iter).rev() {
         for e in (0..recipe.n_experts).rev() {
             let c = calls.next().expect("one call state per call");
-            backward_call(&mut b, ledger, c, x_bytes, e as usize, &mut param_grads);
+            backward_call(&mut b, ledger, c, e as usize, &mut param_grads);
         }
         for buf in rest[it as usize].iter().rev() {
             let g = b.alloc(recipe.rest.tensor_bytes);
@@ -159,29 +159,46 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
     }
 
     b.phase(Phase::Optimizer);
-    if step == 1 {
-        // Adam's moments: zeros shaped like each parameter, created on the first update.
-        for (i, &p) in params.iter().enumerate() {
-            for k in 0..recipe.optimizer.states_per_param() as usize {
+    let states_per_param = recipe.optimizer.states_per_param() as usize;
+    for (i, &p) in params.iter().enumerate() {
+        // burn's `OptimizerAdaptor` skips a parameter without a gradient.
+        let Some(grad) = param_grads[i] else { continue };
+        if states_per_param == 0 {
+            // SGD (burn-optim 0.21 `sgd.rs`): `tensor - grad.mul_scalar(lr)`, both in place.
+            b.free(grad);
+            continue;
+        }
+        // Adam, in burn-optim 0.21's order (`adam.rs`, `AdaptiveMomentum::transform`); every op
+        // on a unique handle (moments, parameter) runs in place, every other one allocates.
+        if step == 1 {
+            // `moment_1 = grad.clone().mul_scalar(..)`: new; `moment_2 = grad.square()..`:
+            // `square` is `mul(grad.clone(), grad)`, new, and with it the gradient's last
+            // handle goes. The moments live for the rest of the run.
+            for k in 0..states_per_param {
                 b.events.push(Event::Alloc {
-                    buf: (i * recipe.optimizer.states_per_param() as usize + k) as Buf,
+                    buf: (i * states_per_param + k) as Buf,
                     bytes: p,
                 });
             }
-        }
-    }
-    for (i, &p) in params.iter().enumerate() {
-        // Moments and parameter are updated in place (unique handles); the update needs two
-        // temporaries the size of the parameter.
-        let temps: Vec<Buf> = (0..recipe.optimizer.states_per_param().max(1))
-            .map(|_| b.alloc(p))
-            .collect();
-        for t in temps {
+            b.free(grad);
+        } else {
+            // `moment_1.mul_scalar(..).add(grad.clone().mul_scalar(..))`: one temporary,
+            // summed into the moment in place.
+            let t = b.alloc(p);
+            b.free(t);
+            // `moment_2.mul_scalar(..).add(grad.square().mul_scalar(..))`: the square is new,
+            // and consumes the gradient.
+            let t = b.alloc(p);
+            b.free(grad);
             b.free(t);
         }
-        if let Some(g) = param_grads[i] {
-            b.free(g);
-        }
+        // `moment_1.clone().mul_scalar(..).div(moment_2.clone().sqrt().add_scalar(..))`: two
+        // new tensors (the moments are shared), the quotient in place; then
+        // `tensor - delta.mul_scalar(lr)` in place.
+        let c = b.alloc(p);
+        let d = b.alloc(p);
+        b.free(d);
+        b.free(c);
     }
     b.free(loss);
     StepTrace {
@@ -223,66 +240,48 @@ fn backward_call(
     b: &mut Builder,
     ledger: &Ledger,
     mut c: CallState,
-    x_bytes: u64,
     expert: usize,
     param_grads: &mut [Option<Buf>],
 ) {
-    // The gradient arriving from the residual stream.
-    let mut grads: HashMap<TensorId, Buf> = HashMap::new();
-    for o in &ledger.outputs {
-        grads.insert(*o, b.alloc(x_bytes));
-    }
-    let mut recomputed: HashMap<TensorId, Buf> = HashMap::new();
-    for step in &ledger.backward {
-        for &(t, bytes) in &step.recompute {
-            if bytes > 0 {
-                recomputed.insert(t, b.alloc(bytes));
+    // The ledger's events start with the gradient arriving from the residual stream.
+    let mut local: HashMap<u32, Buf> = HashMap::new();
+    let mut handed_up = vec![];
+    for e in &ledger.backward {
+        match *e {
+            BackwardEvent::Alloc { buf, bytes } => {
+                local.insert(buf, b.alloc(bytes));
             }
-        }
-        let temps: Vec<Buf> = step.temps.iter().map(|&t| b.alloc(t)).collect();
-        let mut out_grad = grads.remove(&step.node);
-        for &(t, bytes, reuse) in &step.grads {
-            let param = ledger.params.iter().position(|(p, _)| *p == t);
-            let new = match (reuse, out_grad.take()) {
-                (true, Some(g)) => g,
-                (_, g) => {
-                    out_grad = g;
-                    b.alloc(bytes)
+            BackwardEvent::Free { buf } => {
+                if let Some(x) = local.remove(&buf) {
+                    b.free(x);
                 }
-            };
-            match param {
-                Some(k) if param_grads[2 * expert + k].is_none() => {
-                    param_grads[2 * expert + k] = Some(new)
-                }
-                None if !grads.contains_key(&t) => {
-                    grads.insert(t, new);
-                }
-                // A second contribution is summed into the first, in place.
-                _ => b.free(new),
             }
-        }
-        if let Some(g) = out_grad {
-            b.free(g);
-        }
-        for t in temps {
-            b.free(t);
-        }
-        for t in &step.release {
-            if let Some(buf) = c.held.remove(t) {
-                b.free(buf);
+            BackwardEvent::FreeHeld { owner } => {
+                if let Some(x) = c.held.remove(&owner) {
+                    b.free(x);
+                }
             }
-        }
-        for t in &step.release_recomputed {
-            if let Some(buf) = recomputed.remove(t) {
-                b.free(buf);
+            BackwardEvent::ParamGrad { param, buf } => {
+                let Some(new) = local.remove(&buf) else {
+                    continue;
+                };
+                match &mut param_grads[2 * expert + param] {
+                    slot @ None => *slot = Some(new),
+                    // A later contribution is summed with the first (`Gradients::register`):
+                    // one of the two buffers goes.
+                    Some(_) => b.free(new),
+                }
+            }
+            BackwardEvent::InputGrad { buf } => {
+                if let Some(x) = local.remove(&buf) {
+                    handed_up.push(x);
+                }
             }
         }
     }
     // Whatever is left: dx (handed upstream, summed into the residual gradient), stragglers.
-    let mut rest: Vec<Buf> = grads
-        .into_values()
-        .chain(recomputed.into_values())
-        .collect();
+    let mut rest: Vec<Buf> = handed_up;
+    rest.extend(local.into_values());
     rest.extend(c.held.into_values());
     rest.sort_unstable();
     for buf in rest {
