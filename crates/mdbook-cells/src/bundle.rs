@@ -5,8 +5,14 @@
 //! preprocessor's own binary and `bundle.json` (each GPU cell's module, timeout, freeze file and
 //! the hash its freeze must carry). On the GPU box, from the book's root (the cells read the
 //! book's files): `DIR/mdbook-cells run-bundle DIR` runs them through the same harness as a
-//! build and writes their freezes, which then come back with the book. A freeze made this way
-//! is the same as one from `MDBOOK_CELLS_GPU=1 mdbook build`; its badge names both commands.
+//! build and writes their freezes, which then come back with the book. Such a freeze holds the
+//! same output and hash as one from `MDBOOK_CELLS_GPU=1 mdbook build`; its badge names the two
+//! commands that made it.
+//!
+//! A bundle build starts by removing the previous bundle, so a build whose GPU cells do not
+//! compile leaves none behind to be run by mistake; those cells fail in place, and while
+//! bundling a missing or stale freeze is no problem (it is what the bundle is for), so a strict
+//! bundle build fails exactly when a GPU cell does not compile.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,6 +69,8 @@ pub enum BundleError {
     NoGpu,
     #[error("cannot run the bundled cells: {0}")]
     Run(std::io::Error),
+    #[error("{0} is not a book's root (no book.toml): run-bundle runs from there")]
+    NotABook(PathBuf),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
@@ -76,6 +84,18 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
 pub fn command(dir: &Path) -> String {
     let dir = dir.display();
     format!("MDBOOK_CELLS_GPU_BUNDLE={dir} mdbook build; {dir}/{RUNNER} run-bundle {dir}")
+}
+
+/// Removes the bundle in `dir`, if any (only its own files: `dir` may hold others).
+pub fn clear(dir: &Path) -> Result<(), BundleError> {
+    for name in [MANIFEST, CELLS, RUNNER] {
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&path)(e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Writes the bundle: `binary` (the compiled cells, stripped of symbols where `strip` exists:
@@ -107,6 +127,9 @@ pub struct BundleRun {
 /// directory, and writes the freeze of every cell that succeeded. `gpu_name` overrides
 /// `nvidia-smi`.
 pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRun, BundleError> {
+    if !root.join("book.toml").is_file() {
+        return Err(BundleError::NotABook(root.to_path_buf()));
+    }
     let manifest = dir.join(MANIFEST);
     let text = std::fs::read_to_string(&manifest).map_err(io(&manifest))?;
     let bundle: Bundle = serde_json::from_str(&text).map_err(|e| BundleError::Manifest {
@@ -135,28 +158,32 @@ pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRu
     let mut ran: BTreeMap<String, execute::Ran> = ran.into_iter().collect();
     let mut outcome = BundleRun::default();
     for cell in &bundle.cells {
+        let failed = |kind: &str, message: &str| {
+            let first = message.lines().next().unwrap_or_default();
+            format!(
+                "{}:{}: GPU cell failed: {kind}: {first}",
+                cell.chapter, cell.line
+            )
+        };
         let Some(ran) = ran.remove(&cell.module) else {
+            outcome
+                .failed
+                .push(failed("not run", "the harness gave no result"));
             continue;
         };
         let stored = ran.into_stored(|m| map_panic_location(&bundle.lines, m));
         if is_failure(&stored.kind) {
-            let first = stored.body.lines().next().unwrap_or_default();
-            outcome.failed.push(format!(
-                "{}:{}: GPU cell failed: {}: {first}",
-                cell.chapter, cell.line, stored.kind
-            ));
+            outcome.failed.push(failed(&stored.kind, &stored.body));
             continue;
         }
-        let frozen = freeze::Freeze {
-            source: cell.source.clone(),
-            gpu: gpu.clone(),
-            date: cell_output::utc_now(),
-            command: bundle.command.clone(),
-            output: stored,
-        };
         let path = root.join(&cell.freeze);
-        freeze::write(&path, &frozen).map_err(io(&path))?;
-        outcome.frozen.push(cell.freeze.clone());
+        match freeze::record(&path, &cell.source, &gpu, &bundle.command, &stored) {
+            Ok(_) => outcome.frozen.push(cell.freeze.clone()),
+            Err(e) => outcome.failed.push(failed(
+                "freeze",
+                &format!("cannot write {}: {e}", path.display()),
+            )),
+        }
     }
     Ok(outcome)
 }

@@ -117,12 +117,17 @@ impl Config {
                 "unknown key `{key}` in [preprocessor.cells]{hint}"
             )));
         }
-        let cache = root.join(&self.cache_dir);
-        if cache.starts_with(root.join(src_dir)) {
-            return Err(Error::Config(format!(
-                "cache-dir `{}` is inside the book's source: every write would trigger a rebuild",
-                self.cache_dir.display()
-            )));
+        let inside_src = |dir: &Path| root.join(dir).starts_with(root.join(src_dir));
+        for (key, dir) in [
+            ("cache-dir", Some(&self.cache_dir)),
+            ("gpu-bundle", self.gpu_bundle.as_ref()),
+        ] {
+            if let Some(dir) = dir.filter(|d| inside_src(d)) {
+                return Err(Error::Config(format!(
+                    "{key} `{}` is inside the book's source: every write would trigger a rebuild",
+                    dir.display()
+                )));
+            }
         }
         Ok(())
     }

@@ -10,6 +10,9 @@
 //! not the toolchain or dependency versions (a CPU machine would otherwise see every freeze go
 //! stale with each compiler update). When that hash no longer matches, the freeze is *stale*:
 //! shown, flagged, and a problem (strict builds fail).
+//!
+//! A GPU box without Rust makes the same freezes from a bundle compiled elsewhere (see
+//! [`crate::bundle`]); their badge names the bundle's two commands instead.
 
 use std::path::{Path, PathBuf};
 
@@ -45,9 +48,38 @@ impl Freeze {
 pub const COMMAND: &str = "MDBOOK_CELLS_GPU=1 mdbook build";
 
 /// How to make a missing or stale freeze.
-pub const HOW: &str = "run `MDBOOK_CELLS_GPU=1 mdbook build` on a machine with a CUDA GPU, or \
-                       build a bundle for one without Rust (`MDBOOK_CELLS_GPU_BUNDLE=DIR mdbook \
-                       build`, then `DIR/mdbook-cells run-bundle DIR` there)";
+pub fn how_to_freeze() -> String {
+    format!(
+        "run `{COMMAND}` on a machine with a CUDA GPU, or build a bundle for one without Rust: \
+         `{}`",
+        crate::bundle::command(Path::new("DIR"))
+    )
+}
+
+/// Freezes `output` at `path` as made on `gpu` by `command`, unless the freeze there already
+/// holds the same output from the same inputs on the same GPU (its date then stays: no commit
+/// noise from reruns that changed nothing). Returns whether it wrote.
+pub fn record(
+    path: &Path,
+    source: &str,
+    gpu: &str,
+    command: &str,
+    output: &Stored,
+) -> std::io::Result<bool> {
+    let same =
+        read(path).is_some_and(|c| c.source == source && &c.output == output && c.gpu == gpu);
+    if same {
+        return Ok(false);
+    }
+    let frozen = Freeze {
+        source: source.to_string(),
+        gpu: gpu.to_string(),
+        date: cell_output::utc_now(),
+        command: command.to_string(),
+        output: output.clone(),
+    };
+    write(path, &frozen).map(|()| true)
+}
 
 /// Where chapter `chapter`'s `n`-th GPU cell (1-based) is frozen.
 pub fn path(root: &Path, freeze_dir: &Path, chapter: &str, n: usize) -> PathBuf {

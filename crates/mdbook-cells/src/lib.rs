@@ -109,8 +109,8 @@ struct Found {
     doc: usize,
     segment: usize,
     module: String,
-    /// The cache key; `None` for cells that are not run (preludes, bad options, GPU cells
-    /// without GPU runs).
+    /// The cache key; `None` for cells that are not compiled (preludes, bad options, GPU cells
+    /// in a build that neither runs nor bundles them).
     key: Option<String>,
     /// A GPU cell's freeze file and the hash its freeze must carry to be current.
     freeze: Option<(PathBuf, String)>,
@@ -118,6 +118,9 @@ struct Found {
 
 /// Every chapter parsed, with its prelude and its cells' keys.
 struct Plan {
+    /// GPU cells are being bundled: their freezes are about to be remade, so a missing or stale
+    /// one is no problem in this build.
+    bundling: bool,
     parsed: Vec<Vec<Segment>>,
     /// Each chapter's prelude code and its first line.
     preludes: Vec<Option<(String, usize)>>,
@@ -141,7 +144,11 @@ impl Plan {
 pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Report, Error> {
     let mut report = Report::default();
     let gpu = GpuCells::of(config);
+    if let GpuCells::Bundle(dir) = &gpu {
+        bundle::clear(&root.join(dir))?;
+    }
     let mut plan = plan(root, config, docs, !matches!(gpu, GpuCells::Frozen));
+    plan.bundling = matches!(gpu, GpuCells::Bundle(_));
     report.cells = plan.cells.iter().filter(|f| f.key.is_some()).count();
 
     let cache_dir = root.join(&config.cache_dir);
@@ -221,12 +228,12 @@ enum GpuCells {
 }
 
 impl GpuCells {
+    /// The environment wins over `book.toml`; a bundle over GPU runs.
     fn of(config: &Config) -> GpuCells {
-        let bundle = config.gpu_bundle.clone().or_else(|| {
-            std::env::var_os("MDBOOK_CELLS_GPU_BUNDLE")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        });
+        let bundle = std::env::var_os("MDBOOK_CELLS_GPU_BUNDLE")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| config.gpu_bundle.clone());
         if let Some(dir) = bundle {
             return GpuCells::Bundle(dir);
         }
@@ -251,21 +258,7 @@ fn freeze_gpu_outputs(
         if is_failure(&stored.kind) {
             continue;
         }
-        let current = freeze::read(path);
-        if current
-            .as_ref()
-            .is_some_and(|c| &c.source == source && &c.output == stored && c.gpu == gpu)
-        {
-            continue;
-        }
-        let frozen = freeze::Freeze {
-            source: source.clone(),
-            gpu: gpu.to_string(),
-            date: cell_output::utc_now(),
-            command: freeze::COMMAND.into(),
-            output: stored.clone(),
-        };
-        if let Err(e) = freeze::write(path, &frozen) {
+        if let Err(e) = freeze::record(path, source, gpu, freeze::COMMAND, stored) {
             report.problems.push(Problem {
                 file: path.display().to_string(),
                 line: 0,
@@ -299,7 +292,7 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> 
     }
 
     let environment = environment_key(root, config);
-    let gpu_environment = gpu_environment_key(root, config, &environment);
+    let gpu_environment = gpu_compiled.then(|| gpu_environment_key(root, config, &environment));
     let mut cells = Vec::new();
     for (d, segments) in parsed.iter().enumerate() {
         let mut gpu_cells = 0;
@@ -330,10 +323,9 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> 
             });
             let runnable = !c.options.gpu || gpu_compiled;
             let key = inputs.filter(|_| runnable).map(|inputs| {
-                let mut h = if c.options.gpu {
-                    gpu_environment.clone()
-                } else {
-                    environment.clone()
+                let mut h = match (&gpu_environment, c.options.gpu) {
+                    (Some(gpu), true) => gpu.clone(),
+                    _ => environment.clone(),
                 };
                 h.part("cell", inputs.as_bytes());
                 h.finish()
@@ -348,6 +340,7 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> 
         }
     }
     Plan {
+        bundling: false,
         parsed,
         preludes,
         cell_errors,
@@ -363,8 +356,9 @@ struct Todo<'a> {
     gpu: &'a GpuCells,
 }
 
-/// Compiles the book's cells as one crate and runs those without an outcome. Returns the
-/// compile errors found in chapters' preludes, by chapter.
+/// Compiles the book's cells as one crate, runs those without an outcome and, when bundling,
+/// writes the GPU cells that compiled into the bundle. Returns the compile errors found in
+/// chapters' preludes, by chapter.
 fn compile_and_run(
     root: &Path,
     config: &Config,
@@ -563,7 +557,7 @@ fn render_pages(
                         match freeze::read(path) {
                             Some(f) => {
                                 let stale = &f.source != source;
-                                if stale {
+                                if stale && !plan.bundling {
                                     report.problems.push(Problem {
                                         file: doc.source.clone(),
                                         line: c.fence_line,
@@ -573,7 +567,7 @@ fn render_pages(
                                             path.display(),
                                             f.gpu,
                                             f.date,
-                                            freeze::HOW
+                                            freeze::how_to_freeze()
                                         ),
                                     });
                                 }
@@ -584,15 +578,17 @@ fn render_pages(
                                 }
                             }
                             None => {
-                                report.problems.push(Problem {
-                                    file: doc.source.clone(),
-                                    line: c.fence_line,
-                                    reason: format!(
-                                        "the GPU cell has no frozen output at {}; {}",
-                                        path.display(),
-                                        freeze::HOW
-                                    ),
-                                });
+                                if !plan.bundling {
+                                    report.problems.push(Problem {
+                                        file: doc.source.clone(),
+                                        line: c.fence_line,
+                                        reason: format!(
+                                            "the GPU cell has no frozen output at {}; {}",
+                                            path.display(),
+                                            freeze::how_to_freeze()
+                                        ),
+                                    });
+                                }
                                 Shown::Note(format!(
                                     "This cell needs a GPU run; no recorded output exists for it \
                                      yet ({}).",

@@ -47,10 +47,17 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn run_bundle(args: &[String]) -> anyhow::Result<ExitCode> {
+    const USAGE: &str = "usage: mdbook-cells run-bundle DIR [--gpu-name NAME]\n\
+        Runs the GPU cells bundled in DIR (by `MDBOOK_CELLS_GPU_BUNDLE=DIR mdbook build`) on this \
+        machine's GPU and writes their freezes. Run it from the book's root.";
     let (dir, gpu_name) = match args {
+        [flag] if flag == "--help" || flag == "-h" => {
+            println!("{USAGE}");
+            return Ok(ExitCode::SUCCESS);
+        }
         [dir] => (dir, None),
         [dir, flag, name] if flag == "--gpu-name" => (dir, Some(name.clone())),
-        _ => anyhow::bail!("usage: mdbook-cells run-bundle DIR [--gpu-name NAME]"),
+        _ => anyhow::bail!("{USAGE}"),
     };
     let run = mdbook_cells::bundle::run(
         std::path::Path::new(dir),

@@ -82,7 +82,10 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>) -> String {
         ),
         None => escape(c),
     });
-    if !opts.hide_output
+    if let (true, Shown::Frozen { badge, stale, .. }) = (opts.hide_output, shown) {
+        // Hidden output still says where it was recorded (a later cell may read it).
+        out.push_str(&frozen_badge(badge, *stale));
+    } else if !opts.hide_output
         || matches!(
             shown,
             Shown::Failure {
@@ -95,6 +98,19 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>) -> String {
     }
     out.push_str("\n</div>\n\n");
     out
+}
+
+/// The badge over a frozen output: where, when and how it was recorded, and whether it is stale.
+fn frozen_badge(badge: &str, stale: bool) -> String {
+    let (class, warning) = if stale {
+        (
+            "cell-badge cell-stale",
+            " — stale: the cell or its inputs changed since",
+        )
+    } else {
+        ("cell-badge", "")
+    };
+    format!("<div class=\"{class}\">{}{warning}</div>\n", escape(badge))
 }
 
 fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
@@ -119,19 +135,7 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
             badge,
             stale,
         } => {
-            let (class, warning) = if *stale {
-                (
-                    "cell-badge cell-stale",
-                    " — stale: the cell or its inputs changed since",
-                )
-            } else {
-                ("cell-badge", "")
-            };
-            let _ = writeln!(
-                out,
-                "<div class=\"{class}\">{}{warning}</div>",
-                escape(badge)
-            );
+            out.push_str(&frozen_badge(badge, *stale));
             out.push_str(&shown_html(&Shown::Output(stored), caption));
         }
         Shown::Failure {

@@ -450,7 +450,7 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
         page.contains("GPU output recorded on Test GPU B1 at "),
         "{page}"
     );
-    assert!(page.contains("run-bundle") && page.contains("42"), "{page}");
+    assert!(page.contains("run-bundle") && page.contains(">42</pre>"), "{page}");
     assert!(!page.contains("cell-stale"), "{page}");
     let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
     assert_eq!(
@@ -502,4 +502,28 @@ fn a_freeze_made_in_one_checkout_is_current_in_another() {
         page.contains("Test GPU C1") && !page.contains("cell-stale"),
         "{page}"
     );
+}
+
+#[test]
+fn a_gpu_cell_that_does_not_compile_fails_the_bundle_build_and_leaves_no_bundle() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cells-gpu-bundle-broken");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let bundle_dir = tmp.join("bundle");
+    std::fs::create_dir_all(&bundle_dir).unwrap();
+    std::fs::write(bundle_dir.join("bundle.json"), "{} from an earlier build").unwrap();
+    std::fs::write(bundle_dir.join("notes.txt"), "not the bundle's").unwrap();
+    let chapter = "# GPU\n\n```cell\n//| gpu\nlet n: u32 = \"no\";\nn\n```\n";
+    let (page, report) = run_text("bundle-broken", chapter, |c| {
+        c.freeze_dir = tmp.join("freeze");
+        c.gpu_bundle = Some(bundle_dir.clone());
+    });
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(problems.len(), 1, "only the compile error, no missing freeze: {problems:?}");
+    assert!(
+        problems[0].starts_with("src/inline.md:5: cell failed: compile error: error[E0308]"),
+        "{problems:?}"
+    );
+    assert!(page.contains("E0308"), "{page}");
+    assert!(!bundle_dir.join("bundle.json").exists(), "the old bundle is gone");
+    assert!(bundle_dir.join("notes.txt").exists(), "other files stay");
 }
