@@ -450,7 +450,10 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
         page.contains("GPU output recorded on Test GPU B1 at "),
         "{page}"
     );
-    assert!(page.contains("run-bundle") && page.contains(">42</pre>"), "{page}");
+    assert!(
+        page.contains("run-bundle") && page.contains(">42</pre>"),
+        "{page}"
+    );
     assert!(!page.contains("cell-stale"), "{page}");
     let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
     assert_eq!(
@@ -518,12 +521,19 @@ fn a_gpu_cell_that_does_not_compile_fails_the_bundle_build_and_leaves_no_bundle(
         c.gpu_bundle = Some(bundle_dir.clone());
     });
     let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
-    assert_eq!(problems.len(), 1, "only the compile error, no missing freeze: {problems:?}");
+    assert_eq!(
+        problems.len(),
+        1,
+        "only the compile error, no missing freeze: {problems:?}"
+    );
     assert!(
         problems[0].starts_with("src/inline.md:5: cell failed: compile error: error[E0308]"),
         "{problems:?}"
     );
     assert!(page.contains("E0308"), "{page}");
-    assert!(!bundle_dir.join("bundle.json").exists(), "the old bundle is gone");
+    assert!(
+        !bundle_dir.join("bundle.json").exists(),
+        "the old bundle is gone"
+    );
     assert!(bundle_dir.join("notes.txt").exists(), "other files stay");
 }
