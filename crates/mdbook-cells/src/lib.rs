@@ -183,7 +183,7 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             config,
             docs,
             &plan,
-            Todo {
+            ToCompile {
                 misses: &misses,
                 bundled: &bundled,
                 gpu: &gpu,
@@ -291,8 +291,14 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> 
         }
     }
 
+    // When GPU cells are compiled, every cell is compiled with their dependencies too: a CPU
+    // cell that only compiles with them must not leave a cached success for CPU builds.
     let environment = environment_key(root, config);
-    let gpu_environment = gpu_compiled.then(|| gpu_environment_key(root, config, &environment));
+    let environment = if gpu_compiled {
+        gpu_environment_key(root, config, &environment)
+    } else {
+        environment
+    };
     let mut cells = Vec::new();
     for (d, segments) in parsed.iter().enumerate() {
         let mut gpu_cells = 0;
@@ -323,10 +329,7 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> 
             });
             let runnable = !c.options.gpu || gpu_compiled;
             let key = inputs.filter(|_| runnable).map(|inputs| {
-                let mut h = match (&gpu_environment, c.options.gpu) {
-                    (Some(gpu), true) => gpu.clone(),
-                    _ => environment.clone(),
-                };
+                let mut h = environment.clone();
                 h.part("cell", inputs.as_bytes());
                 h.finish()
             });
@@ -350,7 +353,7 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> 
 
 /// What a build compiles: the cells to run (cache misses), the GPU cells to bundle, and what
 /// happens to GPU cells.
-struct Todo<'a> {
+struct ToCompile<'a> {
     misses: &'a [&'a Found],
     bundled: &'a [&'a Found],
     gpu: &'a GpuCells,
@@ -364,11 +367,11 @@ fn compile_and_run(
     config: &Config,
     docs: &[Document],
     plan: &Plan,
-    todo: Todo,
+    todo: ToCompile,
     outcomes: &mut HashMap<String, Stored>,
     report: &mut Report,
 ) -> Result<HashMap<usize, String>, Error> {
-    let Todo {
+    let ToCompile {
         misses,
         bundled,
         gpu,
@@ -749,7 +752,8 @@ fn environment_key(root: &Path, config: &Config) -> KeyHasher {
     h
 }
 
-/// A GPU cell's environment: the CPU cells' and the GPU cells' own dependencies.
+/// The environment of a build that compiles GPU cells: the CPU cells' and the GPU cells' own
+/// dependencies.
 fn gpu_environment_key(root: &Path, config: &Config, environment: &KeyHasher) -> KeyHasher {
     let mut h = environment.clone();
     h.part(
