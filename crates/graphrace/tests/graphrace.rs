@@ -13,6 +13,7 @@ use graphrace::{
     capture, check,
 };
 use proptest::prelude::*;
+use snapshots::text;
 
 // ---------------------------------------------------------------- random programs
 
@@ -309,37 +310,13 @@ fn graphrace(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
-}
-
-fn transcript(args: &[&str], out: &Output) -> String {
-    let mut s = format!("$ graphrace {}\n", args.join(" "));
-    s.push_str(&text(&out.stdout));
-    if !out.status.success() {
-        s.push_str(&format!("[exit {}]\n", out.status.code().unwrap_or(-1)));
-        s.push_str(&text(&out.stderr));
-    }
-    s
-}
-
 fn snapshot(name: &str, args: &[&str]) -> Output {
     let out = graphrace(args);
-    let actual = transcript(args, &out);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(format!("{name}.txt"));
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &actual).expect("writable snapshot");
-        return out;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "no snapshot at {}; run with UPDATE_SNAPSHOTS=1",
-            path.display()
-        )
-    });
-    similar_asserts::assert_eq!(expected, actual, "snapshot {name}");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+    snapshots::check(
+        &dir.join(format!("{name}.txt")),
+        &snapshots::transcript("graphrace", args, &out),
+    );
     out
 }
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use snapshots::text;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -20,37 +21,13 @@ fn highwater(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
-}
-
-/// What a run printed, in the snapshot's form: the command, then stdout; with the exit
-/// status and stderr when it failed.
 fn transcript(args: &[&str], out: &Output) -> String {
-    let mut s = format!("$ highwater {}\n", args.join(" "));
-    s.push_str(&text(&out.stdout));
-    if !out.status.success() {
-        s.push_str(&format!("[exit {}]\n", out.status.code().unwrap_or(-1)));
-        s.push_str(&text(&out.stderr));
-    }
-    s
+    snapshots::transcript("highwater", args, out)
 }
 
 fn snapshot(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(format!("{name}.txt"));
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, actual).expect("writable snapshot");
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "no snapshot at {}; run with UPDATE_SNAPSHOTS=1",
-            path.display()
-        )
-    });
-    similar_asserts::assert_eq!(expected, actual, "snapshot {name}");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+    snapshots::check(&dir.join(format!("{name}.txt")), actual);
 }
 
 /// Runs, expects success, and checks the transcript against a snapshot.

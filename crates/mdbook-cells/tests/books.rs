@@ -79,18 +79,7 @@ fn assert_snapshot(name: &str, docs: &[Document]) {
             .join("tests/snapshots")
             .join(name)
             .join(doc.source.trim_start_matches("src/"));
-        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, &doc.content).unwrap();
-            continue;
-        }
-        let expected = std::fs::read_to_string(&file).unwrap_or_else(|_| {
-            panic!(
-                "no snapshot at {}; run with UPDATE_SNAPSHOTS=1",
-                file.display()
-            )
-        });
-        similar_asserts::assert_eq!(expected, doc.content, "snapshot {}", file.display());
+        snapshots::check(&file, &doc.content);
     }
 }
 
