@@ -91,13 +91,7 @@ impl StackedBars {
         let x_top = unit.scale(max_total) * 1.14;
         let n = self.bars.len().max(1) as f64;
 
-        let mut chart = ChartBuilder::on(&plot)
-            .margin_left(8)
-            .margin_right(24)
-            .margin_top(8)
-            .margin_bottom(4)
-            .x_label_area_size(AXIS_H - 4)
-            .y_label_area_size((label_w + 16.0) as u32)
+        let mut chart = frame::chart_builder(&plot, AXIS_H - 4, (label_w + 16.0) as u32)
             .build_cartesian_2d(0f64..x_top, 0f64..n)?;
         let x_fmt = |v: &f64| unit.tick(*v);
         let mut mesh = chart.configure_mesh();

@@ -39,6 +39,23 @@ pub(crate) fn render(
     keys.finish(&raw, size, &clean_label(title))
 }
 
+/// A chart on `plot` with the house margins and the given axis label bands (pixels).
+pub(crate) fn chart_builder<'a, 'b>(
+    plot: &'a Area<'b>,
+    x_label_area: u32,
+    y_label_area: u32,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(plot);
+    builder
+        .margin_left(8)
+        .margin_right(24)
+        .margin_top(8)
+        .margin_bottom(4)
+        .x_label_area_size(x_label_area)
+        .y_label_area_size(y_label_area);
+    builder
+}
+
 /// The house mesh: faint grid, quiet axes, readable labels, all in `currentColor`.
 pub(crate) fn style_mesh<X: Ranged, Y: Ranged, DB: DrawingBackend>(
     mesh: &mut plotters::chart::MeshStyle<'_, '_, X, Y, DB>,

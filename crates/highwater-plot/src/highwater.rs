@@ -157,13 +157,7 @@ impl HighWaterChart {
             })
             .fold(0.0, f64::max);
 
-        let mut chart = ChartBuilder::on(&plot)
-            .margin_left(8)
-            .margin_right(24)
-            .margin_top(8)
-            .margin_bottom(4)
-            .x_label_area_size(42)
-            .y_label_area_size((tick_w + 34.0) as u32)
+        let mut chart = frame::chart_builder(&plot, 42, (tick_w + 34.0) as u32)
             .build_cartesian_2d(0u32..max_step, y_bottom..y_top)?;
         let y_fmt = |v: &f64| unit.tick(*v);
         let mut mesh = chart.configure_mesh();

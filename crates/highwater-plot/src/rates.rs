@@ -88,13 +88,8 @@ impl RateChart {
             .find(|t| top * 1.08 <= *t)
             .unwrap_or(100.0);
         let pad = (x1 - x0) * 0.02;
-        let mut chart = ChartBuilder::on(&plot)
-            .margin_left(8)
-            .margin_right(24)
+        let mut chart = frame::chart_builder(&plot, 42, 62)
             .margin_top(10)
-            .margin_bottom(4)
-            .x_label_area_size(42)
-            .y_label_area_size(62)
             .build_cartesian_2d((x0 - pad)..(x1 + pad), 0.0..y_top)?;
         let y_fmt = |v: &f64| format!("{v:.0} %");
         let x_fmt = |v: &f64| format!("{v:.0}");

@@ -82,13 +82,7 @@ impl Timeline {
             .iter()
             .map(|l| text_width(&l.label, LABEL_PX))
             .fold(0.0, f64::max);
-        let mut chart = ChartBuilder::on(&plot)
-            .margin_left(8)
-            .margin_right(24)
-            .margin_top(8)
-            .margin_bottom(4)
-            .x_label_area_size(42)
-            .y_label_area_size((label_w + 20.0) as u32)
+        let mut chart = frame::chart_builder(&plot, 42, (label_w + 20.0) as u32)
             .build_cartesian_2d(0.0..end * 1.02, 0.0..lanes)?;
         let x_fmt = |v: &f64| format!("{v:.0}");
         let mut mesh = chart.configure_mesh();
