@@ -115,11 +115,9 @@ impl Exec<'_> {
         self.f.g.nodes[i].shape.bytes(self.f.g.dtype)
     }
 
-    fn external(&mut self, bytes: u64) -> Val {
-        self.bufs.push(Buffer {
-            origin: Origin::External,
-            handles: 1,
-        });
+    /// A fresh handle on a new buffer of `origin`.
+    fn push(&mut self, origin: Origin, bytes: u64) -> Val {
+        self.bufs.push(Buffer { origin, handles: 1 });
         Val {
             buf: self.bufs.len() - 1,
             view: false,
@@ -127,19 +125,15 @@ impl Exec<'_> {
         }
     }
 
+    fn external(&mut self, bytes: u64) -> Val {
+        self.push(Origin::External, bytes)
+    }
+
     fn new_buf(&mut self, bytes: u64) -> Val {
         let local = self.next_local;
         self.next_local += 1;
         self.events.push(BackwardEvent::Alloc { buf: local, bytes });
-        self.bufs.push(Buffer {
-            origin: Origin::Local(local),
-            handles: 1,
-        });
-        Val {
-            buf: self.bufs.len() - 1,
-            view: false,
-            bytes,
-        }
+        self.push(Origin::Local(local), bytes)
     }
 
     fn clone_val(&mut self, v: Val) -> Val {
