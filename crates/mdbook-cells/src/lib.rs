@@ -149,7 +149,6 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
     }
     let mut plan = plan(root, config, docs, !matches!(gpu, GpuCells::Frozen));
     plan.bundling = matches!(gpu, GpuCells::Bundle(_));
-    report.cells = plan.cells.iter().filter(|f| f.key.is_some()).count();
 
     let cache_dir = root.join(&config.cache_dir);
     let cache_error = |source| Error::Cache {
@@ -162,7 +161,7 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
     let mut bundled = Vec::new();
     for f in &plan.cells {
         let Some(key) = &f.key else { continue };
-        if f.freeze.is_some() && matches!(gpu, GpuCells::Bundle(_)) {
+        if f.freeze.is_some() && plan.bundling {
             bundled.push(f);
             continue;
         }
@@ -174,7 +173,8 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             None => misses.push(f),
         }
     }
-    report.cells -= bundled.len();
+    // Cells this build runs or takes from the cache (bundled GPU cells run elsewhere).
+    report.cells = report.cached + misses.len();
     let prelude_errors = if misses.is_empty() && bundled.is_empty() {
         HashMap::new()
     } else {
