@@ -26,9 +26,11 @@ pub mod reference;
 mod tensor_path;
 pub mod train;
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cube")]
 pub mod cube;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "dry")]
+pub mod dry;
+#[cfg(feature = "cube")]
 mod fusion;
 #[cfg(feature = "cuda")]
 pub mod gpu;

@@ -1,0 +1,25 @@
+//! A CubeCL 0.10 runtime that allocates exactly as cubecl-cuda 0.10 does and never computes: the
+//! dry run.
+//!
+//! burn's own code — autodiff, burn-cubecl, burn-fusion — runs over it unchanged
+//! (`burn_cubecl::CubeBackend<DryRuntime, …>`), so every retention, in-place, view, fusion and
+//! pool decision is burn's and CubeCL's, and the pool's figures are what a GPU's would be. The
+//! card comes from a [`CardProfile`] recorded on that GPU; out-of-memory is an event
+//! ([`OutOfMemory`]) on the device's [`DeviceMemory`], not a crash, so a run can go on and say
+//! how much it would have needed.
+//!
+//! Kernels are handed to the server and dropped unseen (CubeCL compiles on the server side), and
+//! reads return zeros: a program whose control flow or shapes depend on tensor values
+//! (`nonzero`, `argwhere`, early stopping on a loss) takes the zero branch.
+
+pub mod autotune;
+pub mod card;
+pub mod memory;
+mod runtime;
+mod server;
+
+pub use autotune::{AutotuneCache, AutotuneError, Miss};
+pub use card::{CardError, CardProfile};
+pub use memory::{DeviceMemory, OutOfMemory};
+pub use runtime::{DryDevice, DryRuntime};
+pub use server::DryServer;

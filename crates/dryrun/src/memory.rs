@@ -1,0 +1,205 @@
+//! The card's device memory, as bookkeeping: what cubecl-cuda's `GpuStorage` would get from the
+//! driver, shared by every stream's pool on one device, with what it refused.
+//!
+//! A refusal does not stop the run: the page is granted anyway and the refusal recorded as an
+//! [`OutOfMemory`] event, so that a caller learns both where a real card would have died and how
+//! much it would have needed ([`DeviceMemory::peak`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cubecl_runtime::server::IoError;
+use cubecl_runtime::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
+
+use crate::card::CUDA_ALIGNMENT;
+
+/// A device allocation the card could not have made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// The reservation that needed a new page (a tensor, a launch's metadata), in bytes.
+    pub requested: u64,
+    /// The page the pool asked the driver for: the size cubecl-cuda's error carries.
+    pub page: u64,
+    /// Bytes the pools held when it was asked for.
+    pub allocated: u64,
+    /// What the card leaves the pools.
+    pub capacity: u64,
+}
+
+/// One device's memory, shared by its streams.
+#[derive(Debug, Clone)]
+pub struct DeviceMemory(Arc<Mutex<Books>>);
+
+#[derive(Debug)]
+struct Books {
+    capacity: u64,
+    granularity: u64,
+    /// What live pages take, each rounded to the driver's granularity.
+    allocated: u64,
+    peak: u64,
+    page_allocs: u64,
+    /// The reservation being served, for the event if its page is refused.
+    requesting: u64,
+    refused: Vec<OutOfMemory>,
+}
+
+impl DeviceMemory {
+    /// `capacity` bytes for the pools; every page costs its size rounded up to `granularity`.
+    pub fn new(capacity: u64, granularity: u64) -> Self {
+        Self(Arc::new(Mutex::new(Books {
+            capacity,
+            granularity: granularity.max(1),
+            allocated: 0,
+            peak: 0,
+            page_allocs: 0,
+            requesting: 0,
+            refused: Vec::new(),
+        })))
+    }
+
+    fn books(&self) -> MutexGuard<'_, Books> {
+        // A panic elsewhere never leaves the books half-written: every update is one statement.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes the pages take now.
+    pub fn allocated(&self) -> u64 {
+        self.books().allocated
+    }
+
+    /// The most the pages ever took: what the card would have needed.
+    pub fn peak(&self) -> u64 {
+        self.books().peak
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.books().capacity
+    }
+
+    /// Pages allocated so far.
+    pub fn page_allocs(&self) -> u64 {
+        self.books().page_allocs
+    }
+
+    /// The refusals since the last call, in order.
+    pub fn take_refused(&self) -> Vec<OutOfMemory> {
+        std::mem::take(&mut self.books().refused)
+    }
+
+    pub(crate) fn requesting(&self, size: u64) {
+        self.books().requesting = size;
+    }
+}
+
+/// Cubecl-cuda's `GpuStorage`, without a GPU: pages are ids and sizes; a page given back is
+/// returned to the card only at the next flush, as `GpuStorage` frees its deallocations then.
+#[derive(Debug)]
+pub struct DryStorage {
+    memory: DeviceMemory,
+    pages: HashMap<StorageId, u64>,
+    deallocations: Vec<StorageId>,
+}
+
+impl DryStorage {
+    pub fn new(memory: DeviceMemory) -> Self {
+        Self {
+            memory,
+            pages: HashMap::new(),
+            deallocations: Vec::new(),
+        }
+    }
+}
+
+/// What a binding resolves to: nothing to point at, only its extent.
+#[derive(Debug, Clone, Copy)]
+pub struct DryResource {
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl ComputeStorage for DryStorage {
+    type Resource = DryResource;
+
+    fn alignment(&self) -> usize {
+        CUDA_ALIGNMENT as usize
+    }
+
+    fn get(&mut self, handle: &StorageHandle) -> DryResource {
+        assert!(
+            self.pages.contains_key(&handle.id),
+            "Storage handle not found"
+        );
+        DryResource {
+            offset: handle.offset(),
+            size: handle.size(),
+        }
+    }
+
+    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        let mut books = self.memory.books();
+        let cost = size.div_ceil(books.granularity) * books.granularity;
+        if books.allocated + cost > books.capacity {
+            let event = OutOfMemory {
+                requested: books.requesting,
+                page: size,
+                allocated: books.allocated,
+                capacity: books.capacity,
+            };
+            books.refused.push(event);
+        }
+        books.allocated += cost;
+        books.peak = books.peak.max(books.allocated);
+        books.page_allocs += 1;
+        drop(books);
+        let id = StorageId::new();
+        self.pages.insert(id, size);
+        Ok(StorageHandle::new(
+            id,
+            StorageUtilization { offset: 0, size },
+        ))
+    }
+
+    fn dealloc(&mut self, id: StorageId) {
+        self.deallocations.push(id);
+    }
+
+    fn flush(&mut self) {
+        let mut books = self.memory.books();
+        let granularity = books.granularity;
+        for id in self.deallocations.drain(..) {
+            if let Some(size) = self.pages.remove(&id) {
+                books.allocated -= size.div_ceil(granularity) * granularity;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_page_is_recorded_granted_and_counted_in_the_peak() {
+        let memory = DeviceMemory::new(4 << 20, 2 << 20);
+        let mut storage = DryStorage::new(memory.clone());
+        storage.alloc(3 << 20).unwrap(); // costs 4 MiB: the card is full
+        memory.requesting(512);
+        let second = storage.alloc(1).unwrap();
+        assert_eq!(
+            memory.take_refused(),
+            vec![OutOfMemory {
+                requested: 512,
+                page: 1,
+                allocated: 4 << 20,
+                capacity: 4 << 20
+            }]
+        );
+        assert_eq!(memory.peak(), 6 << 20);
+        // Given back only at the flush, as GpuStorage frees its deallocations.
+        storage.dealloc(second.id);
+        assert_eq!(memory.allocated(), 6 << 20);
+        storage.flush();
+        assert_eq!(memory.allocated(), 4 << 20);
+        assert!(memory.take_refused().is_empty());
+    }
+}

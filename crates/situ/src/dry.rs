@@ -1,0 +1,200 @@
+//! The recipe's training step on the dry runtime: the same [`Trainer`] that `highwater rerun`
+//! runs on burn-cuda, over `dryrun::DryRuntime`, so that every byte the pool holds is decided by
+//! burn's and CubeCL's own code and no GPU is needed.
+//!
+//! A page the card could not hold does not stop the run (the dry runtime grants it and records
+//! the refusal): the run dies, as a GPU run would, at the step and phase of the first refusal,
+//! and also reports how much the card would have needed for the whole step.
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
+use burn_cubecl::CubeBackend;
+use burn_fusion::Fusion;
+use cubecl::Runtime;
+use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, Miss, OutOfMemory};
+use highwater::conform::{MeasuredDeath, MeasuredStep};
+use highwater::pool::PoolUsage;
+use highwater::recipe::{Backend, Checkpointing, Recipe};
+use highwater::trace::Phase;
+
+use crate::SOFT_CAP;
+use crate::train::{PoolProbe, TrainBackend, Trainer};
+
+/// burn-cubecl's unfused backend on the dry runtime (every op materializes its output).
+pub type DryCube = CubeBackend<DryRuntime, f32, i32, u8>;
+/// burn-cuda's default arrangement, `Fusion` over the same, on the dry runtime.
+pub type DryFused = Fusion<DryCube>;
+
+/// What to run dry.
+#[derive(Debug, Clone)]
+pub struct DryPlan {
+    /// Overrides (activation, checkpointing, backend) already applied.
+    pub recipe: Recipe,
+    pub steps: u64,
+    pub seed: u64,
+    /// Bytes the pools may take: the card's free memory, or what an emulated card leaves.
+    pub capacity: u64,
+    /// Read the loss back every this many steps, and at the last (a trainer's log line).
+    pub log_every: u64,
+}
+
+/// A page the card refused, placed in the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub step: u64,
+    pub phase: Phase,
+    pub out_of_memory: OutOfMemory,
+}
+
+/// A dry run's measurements, in the rerun's terms.
+#[derive(Debug, Clone)]
+pub struct DryOutcome {
+    /// Every step up to the death (excluded), or all of them.
+    pub steps: Vec<MeasuredStep>,
+    /// Where the first refused page would have stopped a GPU run.
+    pub died: Option<MeasuredDeath>,
+    /// Every page refused, in order (the run went on past them).
+    pub refused: Vec<Refusal>,
+    /// The most the pools' pages ever took: the capacity the run needed.
+    pub peak_bytes: u64,
+    /// Problems autotuned on the dry device because the GPU's cache lacked them.
+    pub autotune_misses: Vec<Miss>,
+}
+
+/// Runs `plan` on a new dry device of `card`, tuned from the GPU's autotune cache `autotune`.
+pub fn dry_run(
+    plan: &DryPlan,
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+) -> Result<DryOutcome, AutotuneError> {
+    let device = DryDevice::new(card, plan.capacity, autotune)?;
+    type CubeNone = Autodiff<DryCube, NoCheckpointing>;
+    type CubeBalanced = Autodiff<DryCube, BalancedCheckpointing>;
+    type FusedNone = Autodiff<DryFused, NoCheckpointing>;
+    type FusedBalanced = Autodiff<DryFused, BalancedCheckpointing>;
+    let run = match (plan.recipe.backend, plan.recipe.checkpointing) {
+        (Backend::Cube, Checkpointing::None) => run_on::<CubeNone>,
+        (Backend::Cube, Checkpointing::Balanced) => run_on::<CubeBalanced>,
+        (Backend::Fusion, Checkpointing::None) => run_on::<FusedNone>,
+        (Backend::Fusion, Checkpointing::Balanced) => run_on::<FusedBalanced>,
+    };
+    Ok(run(plan, &device))
+}
+
+fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevice) -> DryOutcome {
+    let probe = DryProbe::<B>::new(device.clone());
+    let mut trainer = Trainer::<B>::new(&plan.recipe, plan.seed, SOFT_CAP, device);
+    probe.collect();
+    let mut steps = Vec::new();
+    let mut died = None;
+    for step in 1..=plan.steps {
+        probe.step.set(step);
+        let read_loss = step.is_multiple_of(plan.log_every) || step == plan.steps;
+        let measured = trainer.step(&probe, read_loss);
+        probe.collect();
+        let refused = probe.refused.borrow();
+        let now: Vec<&Refusal> = refused.iter().filter(|r| r.step == step).collect();
+        let first = now.first().map(|r| (r.phase, r.out_of_memory));
+        let pages: Vec<u64> = now.iter().map(|r| r.out_of_memory.page).collect();
+        drop(refused);
+        match (measured, first) {
+            (Ok(m), None) => steps.push(m),
+            (Ok(_), Some((phase, oom))) => {
+                died = Some(MeasuredDeath {
+                    step,
+                    phase,
+                    message: refusal_message(oom),
+                    failed_pages: pages,
+                });
+                break;
+            }
+            (Err(mut death), _) => {
+                death.failed_pages = pages;
+                died = Some(death);
+                break;
+            }
+        }
+    }
+    DryOutcome {
+        steps,
+        died,
+        refused: probe.refused.take(),
+        peak_bytes: device.memory().peak(),
+        autotune_misses: device.autotune_misses(),
+    }
+}
+
+/// The message cubecl-cuda 0.10 logs for a refused page (`IoError::BufferTooBig`).
+fn refusal_message(oom: OutOfMemory) -> String {
+    format!(
+        "can't allocate buffer of size: {} (reserving {} bytes; the pools held {} of {} bytes)",
+        oom.page, oom.requested, oom.allocated, oom.capacity
+    )
+}
+
+/// Reads the dry device's pool and files its refusals under the step and phase running.
+struct DryProbe<B> {
+    device: DryDevice,
+    step: Cell<u64>,
+    phase: Cell<Phase>,
+    refused: RefCell<Vec<Refusal>>,
+    _b: std::marker::PhantomData<B>,
+}
+
+impl<B: burn::tensor::backend::Backend<Device = DryDevice>> DryProbe<B> {
+    fn new(device: DryDevice) -> Self {
+        Self {
+            device,
+            step: Cell::new(0),
+            phase: Cell::new(Phase::Init),
+            refused: RefCell::new(Vec::new()),
+            _b: std::marker::PhantomData,
+        }
+    }
+
+    /// Files what the card refused under the step and phase running. Called where the trainer
+    /// has just synchronized the device (after each phase), so nothing is still queued.
+    fn collect(&self) {
+        let (step, phase) = (self.step.get(), self.phase.get());
+        self.refused
+            .borrow_mut()
+            .extend(
+                self.device
+                    .memory()
+                    .take_refused()
+                    .into_iter()
+                    .map(|out_of_memory| Refusal {
+                        step,
+                        phase,
+                        out_of_memory,
+                    }),
+            );
+    }
+}
+
+impl<B: burn::tensor::backend::Backend<Device = DryDevice>> PoolProbe for DryProbe<B> {
+    fn sync(&self) -> Result<(), String> {
+        B::sync(&self.device).map_err(|e| e.to_string())
+    }
+
+    fn phase(&self, phase: Phase) {
+        self.collect();
+        self.phase.set(phase);
+    }
+
+    fn usage(&self) -> Result<Option<PoolUsage>, String> {
+        let u = DryRuntime::client(&self.device)
+            .memory_usage()
+            .map_err(|e| format!("{e:?}"))?;
+        Ok(Some(PoolUsage {
+            allocs: u.number_allocs,
+            in_use: u.bytes_in_use,
+            padding: u.bytes_padding,
+            reserved: u.bytes_reserved,
+        }))
+    }
+}
