@@ -5,8 +5,9 @@
 //! (`burn_cubecl::CubeBackend<DryRuntime, …>`), so every retention, in-place, view, fusion and
 //! pool decision is burn's and CubeCL's, and the pool's figures are what a GPU's would be. The
 //! card comes from a [`CardProfile`] recorded on that GPU; out-of-memory is an event
-//! ([`OutOfMemory`]) on the device's [`DeviceMemory`], not a crash, so a run can go on and say
-//! how much it would have needed.
+//! ([`OutOfMemory`]) on the device's [`DeviceMemory`], and the page is then refused as the card
+//! would (what follows is what follows on the GPU) or granted, so that a run can go on and say
+//! how much it would have needed ([`OnRefusal`]).
 //!
 //! Kernels are handed to the server and dropped unseen (CubeCL compiles on the server side), and
 //! reads return zeros: a program whose control flow or shapes depend on tensor values
@@ -20,6 +21,6 @@ mod server;
 
 pub use autotune::{AutotuneCache, AutotuneError, Miss};
 pub use card::{CardError, CardProfile};
-pub use memory::{DeviceMemory, OutOfMemory};
+pub use memory::{DeviceMemory, OnRefusal, OutOfMemory};
 pub use runtime::{DryDevice, DryRuntime};
 pub use server::DryServer;

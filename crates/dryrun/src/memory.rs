@@ -1,13 +1,15 @@
 //! The card's device memory, as bookkeeping: what cubecl-cuda's `GpuStorage` would get from the
 //! driver, shared by every stream's pool on one device, with what it refused.
 //!
-//! A refusal does not stop the run: the page is granted anyway and the refusal recorded as an
-//! [`OutOfMemory`] event, so that a caller learns both where a real card would have died and how
-//! much it would have needed ([`DeviceMemory::peak`]).
+//! Every refusal is recorded as an [`OutOfMemory`] event. What happens next is the caller's
+//! choice ([`OnRefusal`]): refuse the page as the card would (cubecl-cuda's server then panics
+//! on its thread, exactly as on the GPU, and burn goes on as it does there), or grant it, so that
+//! the run goes on undisturbed and [`DeviceMemory::peak`] says how much it would have needed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use cubecl_common::backtrace::BackTrace;
 use cubecl_runtime::server::IoError;
 use cubecl_runtime::storage::{ComputeStorage, StorageHandle, StorageId, StorageUtilization};
 
@@ -26,6 +28,17 @@ pub struct OutOfMemory {
     pub capacity: u64,
 }
 
+/// What a page the card cannot hold becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnRefusal {
+    /// Refused, as cubecl-cuda's `GpuStorage::alloc` refuses it (`IoError::BufferTooBig` with
+    /// the page size): what happens next is what happens on the GPU.
+    #[default]
+    Refuse,
+    /// Granted beyond the card: the run goes on as on a card large enough.
+    Grant,
+}
+
 /// One device's memory, shared by its streams.
 #[derive(Debug, Clone)]
 pub struct DeviceMemory(Arc<Mutex<Books>>);
@@ -33,6 +46,7 @@ pub struct DeviceMemory(Arc<Mutex<Books>>);
 #[derive(Debug)]
 struct Books {
     capacity: u64,
+    on_refusal: OnRefusal,
     granularity: u64,
     /// What live pages take, each rounded to the driver's granularity.
     allocated: u64,
@@ -45,9 +59,10 @@ struct Books {
 
 impl DeviceMemory {
     /// `capacity` bytes for the pools; every page costs its size rounded up to `granularity`.
-    pub fn new(capacity: u64, granularity: u64) -> Self {
+    pub fn new(capacity: u64, granularity: u64, on_refusal: OnRefusal) -> Self {
         Self(Arc::new(Mutex::new(Books {
             capacity,
+            on_refusal,
             granularity: granularity.max(1),
             allocated: 0,
             peak: 0,
@@ -146,6 +161,12 @@ impl ComputeStorage for DryStorage {
                 capacity: books.capacity,
             };
             books.refused.push(event);
+            if books.on_refusal == OnRefusal::Refuse {
+                return Err(IoError::BufferTooBig {
+                    size,
+                    backtrace: BackTrace::capture(),
+                });
+            }
         }
         books.allocated += cost;
         books.peak = books.peak.max(books.allocated);
@@ -179,8 +200,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refused_page_is_recorded_granted_and_counted_in_the_peak() {
-        let memory = DeviceMemory::new(4 << 20, 2 << 20);
+    fn a_refused_page_is_refused_as_cubecl_cuda_refuses_it() {
+        let memory = DeviceMemory::new(4 << 20, 2 << 20, OnRefusal::Refuse);
+        let mut storage = DryStorage::new(memory.clone());
+        storage.alloc(3 << 20).unwrap();
+        memory.requesting(512);
+        let err = storage.alloc(1).unwrap_err();
+        assert!(
+            matches!(err, IoError::BufferTooBig { size: 1, .. }),
+            "{err:?}"
+        );
+        assert_eq!(memory.take_refused().len(), 1);
+        assert_eq!(
+            (memory.allocated(), memory.peak(), memory.page_allocs()),
+            (4 << 20, 4 << 20, 1)
+        );
+    }
+
+    #[test]
+    fn a_granted_page_is_recorded_and_counted_in_the_peak() {
+        let memory = DeviceMemory::new(4 << 20, 2 << 20, OnRefusal::Grant);
         let mut storage = DryStorage::new(memory.clone());
         storage.alloc(3 << 20).unwrap(); // costs 4 MiB: the card is full
         memory.requesting(512);

@@ -21,7 +21,7 @@ use cubecl_zspace::{Shape, Strides};
 
 use crate::autotune::{AutotuneCache, AutotuneError, Miss};
 use crate::card::{CUDA_ALIGNMENT, CardProfile};
-use crate::memory::DeviceMemory;
+use crate::memory::{DeviceMemory, OnRefusal};
 use crate::server::{CudaCompiler, DryServer};
 
 /// A CubeCL runtime that allocates like cubecl-cuda 0.10 and never computes.
@@ -55,15 +55,16 @@ fn table() -> MutexGuard<'static, HashMap<u16, Registered>> {
 
 impl DryDevice {
     /// A new device on `card` whose pools may take `capacity` bytes (the card's free memory,
-    /// or less to emulate a smaller one), tuned from the GPU's autotune cache in `autotune` (a
+    /// or less to emulate a smaller one), pages beyond it refused or granted, tuned from the GPU's autotune cache in `autotune` (a
     /// `device-0-0-cuda` folder) when given. Each call is a new device, with its own server.
     pub fn new(
         card: Arc<CardProfile>,
         capacity: u64,
+        on_refusal: OnRefusal,
         autotune: Option<&Path>,
     ) -> Result<Self, AutotuneError> {
         let granularity = card.granularity().unwrap_or(1);
-        let memory = DeviceMemory::new(capacity, granularity);
+        let memory = DeviceMemory::new(capacity, granularity, on_refusal);
         let mut table = table();
         let index = (0..=u16::MAX)
             .find(|i| !table.contains_key(i))

@@ -2,11 +2,14 @@
 //! runs on burn-cuda, over `dryrun::DryRuntime`, so that every byte the pool holds is decided by
 //! burn's and CubeCL's own code and no GPU is needed.
 //!
-//! A page the card could not hold does not stop the run (the dry runtime grants it and records
-//! the refusal): the run dies, as a GPU run would, at the step and phase of the first refusal,
-//! and also reports how much the card would have needed for the whole step.
+//! A page the card could not hold is recorded, then refused as the card would refuse it (what
+//! follows — cubecl's server panicking on its thread, burn going on or failing — is what follows
+//! on the GPU) or granted ([`OnRefusal`]), so that the run goes on and reports how much it would
+//! have needed. Either way the run dies, as a GPU run would, at the step and phase of the first
+//! refusal.
 
 use std::cell::{Cell, RefCell};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -15,7 +18,7 @@ use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoChe
 use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
 use cubecl::Runtime;
-use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, Miss, OutOfMemory};
+use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, Miss, OnRefusal, OutOfMemory};
 use highwater::conform::{MeasuredDeath, MeasuredStep};
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
@@ -38,6 +41,8 @@ pub struct DryPlan {
     pub seed: u64,
     /// Bytes the pools may take: the card's free memory, or what an emulated card leaves.
     pub capacity: u64,
+    /// A page beyond `capacity`: refused as on the card, or granted to measure the need.
+    pub on_refusal: OnRefusal,
     /// Read the loss back every this many steps, and at the last (a trainer's log line).
     pub log_every: u64,
 }
@@ -71,7 +76,7 @@ pub fn dry_run(
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<DryOutcome, AutotuneError> {
-    let device = DryDevice::new(card, plan.capacity, autotune)?;
+    let device = DryDevice::new(card, plan.capacity, plan.on_refusal, autotune)?;
     type CubeNone = Autodiff<DryCube, NoCheckpointing>;
     type CubeBalanced = Autodiff<DryCube, BalancedCheckpointing>;
     type FusedNone = Autodiff<DryFused, NoCheckpointing>;
@@ -87,20 +92,49 @@ pub fn dry_run(
 
 fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevice) -> DryOutcome {
     let probe = DryProbe::<B>::new(device.clone());
-    let mut trainer = Trainer::<B>::new(&plan.recipe, plan.seed, SOFT_CAP, device);
+    let outcome = |steps, died, probe: DryProbe<B>| DryOutcome {
+        steps,
+        died,
+        refused: probe.refused.take(),
+        peak_bytes: device.memory().peak(),
+        autotune_misses: device.autotune_misses(),
+    };
+    let created = catch_unwind(|| Trainer::<B>::new(&plan.recipe, plan.seed, SOFT_CAP, device));
     probe.collect();
+    let mut trainer = match created {
+        Ok(trainer) => trainer,
+        Err(panic) => {
+            let death = MeasuredDeath {
+                step: 0,
+                phase: Phase::Init,
+                message: panic_text(&panic),
+                failed_pages: probe.pages_of(0),
+            };
+            return outcome(vec![], Some(death), probe);
+        }
+    };
     let mut steps = Vec::new();
     let mut died = None;
     for step in 1..=plan.steps {
         probe.step.set(step);
         let read_loss = step.is_multiple_of(plan.log_every) || step == plan.steps;
-        let measured = trainer.step(&probe, read_loss);
+        let measured = catch_unwind(AssertUnwindSafe(|| trainer.step(&probe, read_loss)))
+            .unwrap_or_else(|panic| {
+                Err(MeasuredDeath {
+                    step,
+                    phase: trainer.phase(),
+                    message: panic_text(&panic),
+                    failed_pages: vec![],
+                })
+            });
         probe.collect();
-        let refused = probe.refused.borrow();
-        let now: Vec<&Refusal> = refused.iter().filter(|r| r.step == step).collect();
-        let first = now.first().map(|r| (r.phase, r.out_of_memory));
-        let pages: Vec<u64> = now.iter().map(|r| r.out_of_memory.page).collect();
-        drop(refused);
+        let first = probe
+            .refused
+            .borrow()
+            .iter()
+            .find(|r| r.step == step)
+            .map(|r| (r.phase, r.out_of_memory));
+        let pages = probe.pages_of(step);
         match (measured, first) {
             (Ok(m), None) => steps.push(m),
             (Ok(_), Some((phase, oom))) => {
@@ -119,13 +153,15 @@ fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevic
             }
         }
     }
-    DryOutcome {
-        steps,
-        died,
-        refused: probe.refused.take(),
-        peak_bytes: device.memory().peak(),
-        autotune_misses: device.autotune_misses(),
-    }
+    outcome(steps, died, probe)
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic without a message".into())
 }
 
 /// The message cubecl-cuda 0.10 logs for a refused page (`IoError::BufferTooBig`).
@@ -154,6 +190,16 @@ impl<B: burn::tensor::backend::Backend<Device = DryDevice>> DryProbe<B> {
             refused: RefCell::new(Vec::new()),
             _b: std::marker::PhantomData,
         }
+    }
+
+    /// The pages refused in `step`, in order.
+    fn pages_of(&self, step: u64) -> Vec<u64> {
+        let refused = self.refused.borrow();
+        refused
+            .iter()
+            .filter(|r| r.step == step)
+            .map(|r| r.out_of_memory.page)
+            .collect()
     }
 
     /// Files what the card refused under the step and phase running. Called where the trainer
