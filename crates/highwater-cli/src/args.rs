@@ -23,7 +23,8 @@ pub enum Command {
     /// Reads trainer logs: attempts, the step each died at, reserve failures by size.
     Forensics(ForensicsArgs),
     /// Holds the simulator to runs recorded on a GPU: live bytes after forward within 2 %,
-    /// bytes reserved within 5 %, the same arms dying under a cap. Exits 1 on any miss.
+    /// bytes reserved within 5 %, the same arms dying under a cap; with --dry, the dry run to
+    /// every byte of every step. Exits 1 on any miss.
     Conform(ConformArgs),
     /// Trains a recipe on the GPU (burn-cuda) and records its pool step by step.
     #[cfg(feature = "cuda")]
@@ -91,6 +92,16 @@ pub struct ConformArgs {
     /// One JSON object per run per line instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Replay each run dry (burn's own code on the dry CubeCL runtime) and hold it to the
+    /// record byte for byte, instead of the simulator within tolerances.
+    #[arg(long)]
+    pub dry: bool,
+    /// With --dry: the card profile recorded on the GPU that ran them.
+    #[arg(long, value_name = "PATH", default_value = "repro/cards/h200.json")]
+    pub card: PathBuf,
+    /// With --dry: that GPU's autotune cache (a `device-0-0-cuda` folder).
+    #[arg(long, value_name = "DIR", default_value = "repro/cards/h200-autotune")]
+    pub autotune: PathBuf,
 }
 
 #[cfg(feature = "cuda")]

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use highwater::conform::{
-    Compared, Conformance, KnownMiss, RerunRecord, conform as check, parse_known_misses,
+    Compared, Conformance, Exactness, KnownMiss, RerunRecord, conform as check, parse_known_misses,
 };
 
 use crate::args::ConformArgs;
@@ -18,6 +18,9 @@ pub fn conform(a: ConformArgs) -> Result<()> {
     let files = records_in(&a.dir)?;
     if files.is_empty() {
         bail!("{} holds no rerun-*.json", a.dir.display());
+    }
+    if a.dry {
+        return conform_dry(&a, &files);
     }
     let known_path = a.dir.join(KNOWN_MISSES);
     let known: Vec<KnownMiss> = match std::fs::read_to_string(&known_path) {
@@ -82,6 +85,86 @@ pub fn conform(a: ConformArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Every record replayed dry, held to the byte.
+fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
+    let card = std::sync::Arc::new(dryrun::CardProfile::read(&a.card)?);
+    let mut results = vec![];
+    for path in files {
+        let record = read_record(path)?;
+        let (outcome, exactness) = situ::dry::replay(&record, card.clone(), Some(&a.autotune))
+            .with_context(|| format!("cannot replay {}", path.display()))?;
+        if a.json {
+            println!("{}", serde_json::to_string(&exactness)?);
+        }
+        results.push((outcome, exactness));
+    }
+    if !a.json {
+        println!("{}", dry_table(&results));
+        for (outcome, e) in &results {
+            for m in &outcome.autotune_misses {
+                println!(
+                    "{}: tuned dry (not in the GPU's cache): {} {}",
+                    e.name, m.tuner, m.key
+                );
+            }
+        }
+    }
+    let missed = results.iter().filter(|(_, e)| !e.passes()).count();
+    if missed > 0 {
+        bail!(
+            "{missed} of {} recorded runs differ from their dry replay",
+            results.len()
+        );
+    }
+    Ok(())
+}
+
+fn read_record(path: &Path) -> Result<RerunRecord> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not a rerun record", path.display()))
+}
+
+fn dry_table(results: &[(situ::dry::DryOutcome, Exactness)]) -> String {
+    let fate = |d: Option<(u64, highwater::trace::Phase)>| {
+        d.map_or("–".to_string(), |(step, phase)| {
+            format!("{step} {}", highwater::recipe::written_name(&phase))
+        })
+    };
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|(outcome, e)| {
+            let worst = e
+                .differences
+                .iter()
+                .max_by_key(|d| d.bytes().unsigned_abs());
+            vec![
+                e.name.trim_start_matches("rerun-").to_string(),
+                format!("{} / {}", e.completed.0, e.completed.1),
+                e.differences.len().to_string(),
+                worst.map_or("0 B".into(), |d| {
+                    format!("{:+} B ({} step {})", d.bytes(), d.figure, d.step)
+                }),
+                format!("{} / {}", fate(e.measured_death), fate(e.predicted_death)),
+                size(outcome.peak_bytes),
+                if e.passes() { "exact" } else { "DIFFERS" }.to_string(),
+            ]
+        })
+        .collect();
+    render(
+        &[
+            ("run", Align::Left),
+            ("steps (GPU / dry)", Align::Right),
+            ("figures differing", Align::Right),
+            ("largest difference", Align::Right),
+            ("died (GPU / dry)", Align::Right),
+            ("pages at most", Align::Right),
+            ("", Align::Left),
+        ],
+        &rows,
+    )
 }
 
 /// `rerun-*.json` in `dir`, sorted by name.

@@ -283,6 +283,90 @@ pub fn conform(record: &RerunRecord) -> Result<Conformance, ConformError> {
     })
 }
 
+/// A recorded run against a prediction that claims to be exact (the dry run: burn's and
+/// CubeCL's own code): every figure of every step, byte for byte, and the same fate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Exactness {
+    pub name: String,
+    /// Steps compared (those both arms completed).
+    pub steps: u64,
+    /// Steps completed: measured, predicted.
+    pub completed: (u64, u64),
+    /// Every figure that differs, in step order.
+    pub differences: Vec<Difference>,
+    /// Where each arm died: step and phase.
+    pub measured_death: Option<(u64, Phase)>,
+    pub predicted_death: Option<(u64, Phase)>,
+}
+
+/// One figure of one step that differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    pub step: u64,
+    /// `in_use_after_forward`, `in_use_after_backward` or `reserved`.
+    pub figure: &'static str,
+    pub measured: u64,
+    pub predicted: u64,
+}
+
+impl Difference {
+    /// `predicted - measured`, in bytes.
+    pub fn bytes(&self) -> i64 {
+        self.predicted as i64 - self.measured as i64
+    }
+}
+
+impl Exactness {
+    /// No byte differs, both arms completed the same steps and died (or not) alike.
+    pub fn passes(&self) -> bool {
+        self.differences.is_empty()
+            && self.completed.0 == self.completed.1
+            && self.measured_death == self.predicted_death
+    }
+}
+
+/// Compares `record` with a prediction of the same run, step by step, figure by figure.
+pub fn exactness(
+    record: &RerunRecord,
+    steps: &[MeasuredStep],
+    died: Option<&MeasuredDeath>,
+) -> Exactness {
+    let mut differences = Vec::new();
+    for (m, p) in record.steps.iter().zip(steps) {
+        let figures = [
+            (
+                "in_use_after_forward",
+                m.in_use_after_forward,
+                p.in_use_after_forward,
+            ),
+            (
+                "in_use_after_backward",
+                m.in_use_after_backward,
+                p.in_use_after_backward,
+            ),
+            ("reserved", m.reserved, p.reserved),
+        ];
+        for (figure, measured, predicted) in figures {
+            if measured != predicted {
+                differences.push(Difference {
+                    step: m.step,
+                    figure,
+                    measured,
+                    predicted,
+                });
+            }
+        }
+    }
+    Exactness {
+        name: record.name(),
+        steps: record.steps.len().min(steps.len()) as u64,
+        completed: (record.steps.len() as u64, steps.len() as u64),
+        differences,
+        measured_death: record.died.as_ref().map(|d| (d.step, d.phase)),
+        predicted_death: died.map(|d| (d.step, d.phase)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +451,35 @@ mod tests {
         assert!(!worst.passes());
         assert_eq!(worst.step, 4, "the worst step is reported");
         assert!(!c.passes());
+    }
+
+    #[test]
+    fn exactness_names_every_differing_byte_and_the_fate() {
+        let r = simulated_record(SITU, None, 3);
+        assert!(exactness(&r, &r.steps, None).passes());
+        let mut off = r.steps.clone();
+        off[1].reserved += 512;
+        let e = exactness(&r, &off, None);
+        assert_eq!(e.differences.len(), 1);
+        assert_eq!(
+            (e.differences[0].step, e.differences[0].figure),
+            (2, "reserved")
+        );
+        assert_eq!(e.differences[0].bytes(), 512);
+        assert!(!e.passes());
+        let death = MeasuredDeath {
+            step: 3,
+            phase: Phase::Backward,
+            message: String::new(),
+            failed_pages: vec![],
+        };
+        let e = exactness(&r, &r.steps[..2], Some(&death));
+        assert!(e.differences.is_empty());
+        assert_eq!(
+            (e.completed, e.predicted_death),
+            ((3, 2), Some((3, Phase::Backward)))
+        );
+        assert!(!e.passes(), "a death the GPU did not have");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
 use cubecl::Runtime;
 use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, Miss, OnRefusal, OutOfMemory};
-use highwater::conform::{MeasuredDeath, MeasuredStep};
+use highwater::conform::{Exactness, MeasuredDeath, MeasuredStep, RerunRecord, exactness};
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
 use highwater::trace::Phase;
@@ -243,4 +243,53 @@ impl<B: burn::tensor::backend::Backend<Device = DryDevice>> PoolProbe for DryPro
             reserved: u.bytes_reserved,
         }))
     }
+}
+
+/// Why a recorded run cannot be replayed dry.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("the recorded recipe does not parse")]
+    Recipe(#[from] highwater::recipe::RecipeError),
+    #[error(
+        "the run was recorded on a card of {recorded} bytes, the profile is of one of {profile} \
+         (the pools' page sizes follow the total)"
+    )]
+    OtherCard { recorded: u64, profile: u64 },
+    #[error(transparent)]
+    Autotune(#[from] AutotuneError),
+}
+
+/// The plan that replays a run recorded by `highwater rerun`: its recipe with the run's
+/// overrides, its steps and seed, what its pools could take, its loss reads.
+pub fn plan_for(record: &RerunRecord) -> Result<DryPlan, ReplayError> {
+    let log_every = record
+        .steps
+        .iter()
+        .find(|s| s.loss.is_some() && s.step < record.steps_asked)
+        .map_or(record.steps_asked.max(1), |s| s.step);
+    Ok(DryPlan {
+        recipe: record.recipe()?,
+        steps: record.steps_asked,
+        seed: record.seed,
+        capacity: record.device.pool_capacity,
+        on_refusal: OnRefusal::Refuse,
+        log_every,
+    })
+}
+
+/// Replays `record` dry on `card` and holds it to the record, byte for byte.
+pub fn replay(
+    record: &RerunRecord,
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+) -> Result<(DryOutcome, Exactness), ReplayError> {
+    if card.total_bytes != record.device.total_bytes {
+        return Err(ReplayError::OtherCard {
+            recorded: record.device.total_bytes,
+            profile: card.total_bytes,
+        });
+    }
+    let outcome = dry_run(&plan_for(record)?, card, autotune)?;
+    let exactness = exactness(record, &outcome.steps, outcome.died.as_ref());
+    Ok((outcome, exactness))
 }
