@@ -49,8 +49,9 @@ pub struct CardProfile {
     /// `cuMemGetInfo` once cubecl's client (its CUDA context and streams) existed, before any
     /// tensor: what the pool can take, the context's own memory already gone.
     pub free_at_start: u64,
-    /// How much free memory a device allocation of each size took (`cuMemAllocAsync` on the
-    /// stream, as cubecl-cuda's storage allocates): bytes asked → bytes gone.
+    /// How much free memory one lone device allocation of each size took (`cuMemAllocAsync`
+    /// on a stream, as cubecl-cuda's storage allocates): bytes asked → bytes gone. Recorded, not
+    /// charged: see `DeviceMemory::new` for why.
     pub allocation_cost: Vec<[u64; 2]>,
     pub warp_size: u32,
     pub max_shared_memory_per_block_optin: u32,
@@ -79,11 +80,6 @@ pub enum CardError {
         #[source]
         source: serde_json::Error,
     },
-    #[error(
-        "card profile {path}: allocation granularity: the recorded allocation costs do not \
-         follow one rounding ({costs:?})"
-    )]
-    Granularity { path: String, costs: Vec<[u64; 2]> },
 }
 
 impl CardProfile {
@@ -94,15 +90,7 @@ impl CardProfile {
             path: name.clone(),
             source,
         })?;
-        let card: Self = serde_json::from_str(&text).map_err(|source| CardError::Parse {
-            path: name.clone(),
-            source,
-        })?;
-        card.granularity().ok_or(CardError::Granularity {
-            path: name,
-            costs: card.allocation_cost.clone(),
-        })?;
-        Ok(card)
+        serde_json::from_str(&text).map_err(|source| CardError::Parse { path: name, source })
     }
 
     /// The pool's page limit and alignment, as cubecl-cuda derives them.
@@ -111,17 +99,6 @@ impl CardProfile {
             max_page_size: self.total_bytes / 4,
             alignment: CUDA_ALIGNMENT,
         }
-    }
-
-    /// The smallest rounding that explains every recorded allocation cost: a device allocation
-    /// of `n` bytes takes `n` rounded up to a multiple of it. `None` when none does.
-    pub fn granularity(&self) -> Option<u64> {
-        let fits = |g: u64| {
-            self.allocation_cost
-                .iter()
-                .all(|&[asked, gone]| asked.div_ceil(g) * g == gone)
-        };
-        (0..=30).map(|k| 1u64 << k).find(|&g| fits(g))
     }
 
     /// The device properties cubecl-cuda 0.10's `DeviceService::init` builds on this card

@@ -47,8 +47,7 @@ pub struct DeviceMemory(Arc<Mutex<Books>>);
 struct Books {
     capacity: u64,
     on_refusal: OnRefusal,
-    granularity: u64,
-    /// What live pages take, each rounded to the driver's granularity.
+    /// What live pages take.
     allocated: u64,
     peak: u64,
     page_allocs: u64,
@@ -58,12 +57,17 @@ struct Books {
 }
 
 impl DeviceMemory {
-    /// `capacity` bytes for the pools; every page costs its size rounded up to `granularity`.
-    pub fn new(capacity: u64, granularity: u64, on_refusal: OnRefusal) -> Self {
+    /// `capacity` bytes for the pools, every page charged its size.
+    ///
+    /// Why its size: on the H200 a lone `cuMemAllocAsync` takes free memory in 32 MiB chunks
+    /// (the card profile's `allocation_cost`), but the driver's pool packs later allocations
+    /// into those chunks. Charging each page its size reproduces the capped runs (the SiTU arm's
+    /// first refused pages and the other arms' survival); charging the chunks kills two arms the
+    /// GPU kept alive.
+    pub fn new(capacity: u64, on_refusal: OnRefusal) -> Self {
         Self(Arc::new(Mutex::new(Books {
             capacity,
             on_refusal,
-            granularity: granularity.max(1),
             allocated: 0,
             peak: 0,
             page_allocs: 0,
@@ -152,8 +156,7 @@ impl ComputeStorage for DryStorage {
 
     fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
         let mut books = self.memory.books();
-        let cost = size.div_ceil(books.granularity) * books.granularity;
-        if books.allocated + cost > books.capacity {
+        if books.allocated + size > books.capacity {
             let event = OutOfMemory {
                 requested: books.requesting,
                 page: size,
@@ -168,7 +171,7 @@ impl ComputeStorage for DryStorage {
                 });
             }
         }
-        books.allocated += cost;
+        books.allocated += size;
         books.peak = books.peak.max(books.allocated);
         books.page_allocs += 1;
         drop(books);
@@ -186,10 +189,9 @@ impl ComputeStorage for DryStorage {
 
     fn flush(&mut self) {
         let mut books = self.memory.books();
-        let granularity = books.granularity;
         for id in self.deallocations.drain(..) {
             if let Some(size) = self.pages.remove(&id) {
-                books.allocated -= size.div_ceil(granularity) * granularity;
+                books.allocated -= size;
             }
         }
     }
@@ -201,44 +203,44 @@ mod tests {
 
     #[test]
     fn a_refused_page_is_refused_as_cubecl_cuda_refuses_it() {
-        let memory = DeviceMemory::new(4 << 20, 2 << 20, OnRefusal::Refuse);
+        let memory = DeviceMemory::new(4 << 20, OnRefusal::Refuse);
         let mut storage = DryStorage::new(memory.clone());
         storage.alloc(3 << 20).unwrap();
         memory.requesting(512);
-        let err = storage.alloc(1).unwrap_err();
+        let err = storage.alloc((1 << 20) + 1).unwrap_err();
         assert!(
-            matches!(err, IoError::BufferTooBig { size: 1, .. }),
+            matches!(err, IoError::BufferTooBig { size: 1048577, .. }),
             "{err:?}"
         );
         assert_eq!(memory.take_refused().len(), 1);
         assert_eq!(
             (memory.allocated(), memory.peak(), memory.page_allocs()),
-            (4 << 20, 4 << 20, 1)
+            (3 << 20, 3 << 20, 1)
         );
     }
 
     #[test]
     fn a_granted_page_is_recorded_and_counted_in_the_peak() {
-        let memory = DeviceMemory::new(4 << 20, 2 << 20, OnRefusal::Grant);
+        let memory = DeviceMemory::new(4 << 20, OnRefusal::Grant);
         let mut storage = DryStorage::new(memory.clone());
-        storage.alloc(3 << 20).unwrap(); // costs 4 MiB: the card is full
+        storage.alloc(3 << 20).unwrap();
         memory.requesting(512);
-        let second = storage.alloc(1).unwrap();
+        let second = storage.alloc(2 << 20).unwrap();
         assert_eq!(
             memory.take_refused(),
             vec![OutOfMemory {
                 requested: 512,
-                page: 1,
-                allocated: 4 << 20,
+                page: 2 << 20,
+                allocated: 3 << 20,
                 capacity: 4 << 20
             }]
         );
-        assert_eq!(memory.peak(), 6 << 20);
+        assert_eq!(memory.peak(), 5 << 20);
         // Given back only at the flush, as GpuStorage frees its deallocations.
         storage.dealloc(second.id);
-        assert_eq!(memory.allocated(), 6 << 20);
+        assert_eq!(memory.allocated(), 5 << 20);
         storage.flush();
-        assert_eq!(memory.allocated(), 4 << 20);
+        assert_eq!(memory.allocated(), 3 << 20);
         assert!(memory.take_refused().is_empty());
     }
 }

@@ -63,8 +63,7 @@ impl DryDevice {
         on_refusal: OnRefusal,
         autotune: Option<&Path>,
     ) -> Result<Self, AutotuneError> {
-        let granularity = card.granularity().unwrap_or(1);
-        let memory = DeviceMemory::new(capacity, granularity, on_refusal);
+        let memory = DeviceMemory::new(capacity, on_refusal);
         let mut table = table();
         let index = (0..=u16::MAX)
             .find(|i| !table.contains_key(i))

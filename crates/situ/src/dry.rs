@@ -277,9 +277,11 @@ pub fn plan_for(record: &RerunRecord) -> Result<DryPlan, ReplayError> {
     })
 }
 
-/// Replays `record` dry on `card` and holds it to the record, byte for byte.
+/// Replays `record` dry on `card` and holds it to the record, byte for byte, or within what
+/// the GPU varied by across `repeats` of the same run.
 pub fn replay(
     record: &RerunRecord,
+    repeats: &[RerunRecord],
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<(DryOutcome, Exactness), ReplayError> {
@@ -290,6 +292,6 @@ pub fn replay(
         });
     }
     let outcome = dry_run(&plan_for(record)?, card, autotune)?;
-    let exactness = exactness(record, &outcome.steps, outcome.died.as_ref());
+    let exactness = exactness(record, repeats, &outcome.steps, outcome.died.as_ref());
     Ok((outcome, exactness))
 }

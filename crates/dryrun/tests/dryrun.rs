@@ -1,0 +1,82 @@
+//! The dry runtime held to the GPU it stands for: the card profile recorded on the H200, and a
+//! program whose every byte is known.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cubecl_runtime::runtime::Runtime;
+use dryrun::{CardProfile, DryDevice, DryRuntime, OnRefusal};
+
+fn h200() -> Arc<CardProfile> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/cards/h200.json");
+    Arc::new(CardProfile::read(&path).expect("the committed H200 profile reads"))
+}
+
+#[test]
+fn the_properties_derived_from_the_profile_are_the_gpus() {
+    let card = h200();
+    let derived = card.device_properties();
+    assert_eq!(
+        derived.checksum(),
+        card.properties_checksum,
+        "the checksum autotune keys on"
+    );
+    assert_eq!(
+        format!("{derived:?}"),
+        card.properties_debug,
+        "every property, hashed or not"
+    );
+}
+
+#[test]
+fn the_dry_client_reports_the_gpus_properties_and_pool_limits() {
+    let card = h200();
+    let device = DryDevice::new(card.clone(), card.free_at_start, OnRefusal::Refuse, None).unwrap();
+    let client = DryRuntime::client(&device);
+    assert_eq!(client.properties().checksum(), card.properties_checksum);
+    assert_eq!(
+        client.properties().memory.max_page_size,
+        card.total_bytes / 4
+    );
+    assert_eq!(DryRuntime::name(&client), "cuda");
+}
+
+#[test]
+fn a_buffer_takes_its_bytes_in_the_pool_and_a_refused_page_is_an_event() {
+    let card = h200();
+    // A card that leaves the pools 64 MiB: the smallest pool's pages fit, a large one does not.
+    let device = DryDevice::new(card, 64 << 20, OnRefusal::Grant, None).unwrap();
+    let client = DryRuntime::client(&device);
+    let small = client.empty(1000);
+    let usage = client.memory_usage().unwrap();
+    assert_eq!(
+        usage.bytes_in_use, 1024,
+        "1000 bytes at the pool's 512-byte alignment"
+    );
+    assert!(usage.bytes_reserved >= 1024 && device.memory().take_refused().is_empty());
+    let large = client.empty(100 << 20);
+    client.flush().unwrap();
+    let refused = device.memory().take_refused();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].requested, 100 << 20);
+    assert!(refused[0].page >= 100 << 20);
+    assert!(
+        device.memory().peak() > 64 << 20,
+        "granted: the run goes on and says what it needed"
+    );
+    drop((small, large));
+}
+
+#[test]
+fn reads_return_zeros_of_the_right_length() {
+    let card = h200();
+    let device = DryDevice::new(card, 1 << 30, OnRefusal::Refuse, None).unwrap();
+    let client = DryRuntime::client(&device);
+    let handle = client.create_from_slice(&[7u8; 4096]);
+    let bytes = client.read_one(handle).unwrap();
+    assert_eq!(bytes.len(), 4096);
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "nothing was written: nothing runs"
+    );
+}
