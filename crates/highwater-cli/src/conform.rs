@@ -91,6 +91,7 @@ const REPEATS: &str = "repeats";
 /// Replays run in parallel, one dry device each.
 fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     let card = std::sync::Arc::new(dryrun::CardProfile::read(&a.card)?);
+    quiet_device_threads();
     let repeat_dirs = repeat_dirs(&a.dir.join(REPEATS))?;
     let replay = |path: &PathBuf| -> Result<(situ::dry::DryOutcome, Exactness)> {
         let record = read_record(path)?;
@@ -153,6 +154,21 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A refused page makes cubecl's server thread panic, as on the GPU, and every later use of the
+/// unbacked buffer panics again: expected, recorded as refusals, and not worth a screenful of
+/// messages. Panics elsewhere print as usual.
+fn quiet_device_threads() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let on_device = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("DSD-"));
+        if !on_device {
+            default(info);
+        }
+    }));
 }
 
 /// The folders under `dir`, sorted; none when it does not exist.

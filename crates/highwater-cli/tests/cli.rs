@@ -275,3 +275,15 @@ fn help() {
 fn conform_holds_the_simulator_to_the_recorded_gpu_runs() {
     ok_snapshot("conform-results", &["conform", "repro/results"]);
 }
+
+/// The dry run (burn's own code on the dry CubeCL runtime, the H200's card profile and autotune
+/// cache) replays every recorded run: byte for byte, or within what the GPU varied by across
+/// its repeats, with the same deaths. No GPU needed.
+#[test]
+fn conform_dry_replays_every_recorded_gpu_run_to_the_byte() {
+    let out = ok_snapshot(
+        "conform-dry-results",
+        &["conform", "--dry", "repro/results"],
+    );
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+}
