@@ -20,7 +20,11 @@ fn main() {
     let base = Recipe::parse("wave-stack.toml", &text).unwrap();
     println!("one dry step of the wave stack (median of steps 3..=50), and the 50-step replay");
     let mut medians = vec![];
-    for activation in [Activation::Silu, Activation::SituTensor, Activation::SituFused] {
+    for activation in [
+        Activation::Silu,
+        Activation::SituTensor,
+        Activation::SituFused,
+    ] {
         for checkpointing in [Checkpointing::None, Checkpointing::Balanced] {
             for backend in [Backend::Cube, Backend::Fusion] {
                 let mut recipe = base.with(activation, checkpointing);
