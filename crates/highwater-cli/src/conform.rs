@@ -133,7 +133,9 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     if a.json {
         for (_, exactness) in &results {
-            println!("{}", serde_json::to_string(exactness)?);
+            let mut row = serde_json::to_value(exactness)?;
+            row["passes"] = exactness.passes().into();
+            println!("{row}");
         }
     } else {
         println!("{}", dry_table(&results));

@@ -58,9 +58,10 @@ pub struct Refusal {
 /// A dry run's measurements, in the rerun's terms.
 #[derive(Debug, Clone)]
 pub struct DryOutcome {
-    /// Every step up to the death (excluded), or all of them.
+    /// Every step completed: up to the death (excluded) when pages are refused, all of them when
+    /// they are granted.
     pub steps: Vec<MeasuredStep>,
-    /// Where the first refused page would have stopped a GPU run.
+    /// Where the first refused page stopped (or would have stopped) a GPU run.
     pub died: Option<MeasuredDeath>,
     /// Every page refused, in order (the run went on past them).
     pub refused: Vec<Refusal>,
@@ -137,18 +138,22 @@ fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevic
         let pages = probe.pages_of(step);
         match (measured, first) {
             (Ok(m), None) => steps.push(m),
-            (Ok(_), Some((phase, oom))) => {
-                died = Some(MeasuredDeath {
+            (Ok(m), Some((phase, oom))) => {
+                died.get_or_insert(MeasuredDeath {
                     step,
                     phase,
                     message: refusal_message(oom),
                     failed_pages: pages,
                 });
-                break;
+                if plan.on_refusal == OnRefusal::Refuse {
+                    break;
+                }
+                // Granted pages leave the run intact: it goes on to say what it would need.
+                steps.push(m);
             }
             (Err(mut death), _) => {
                 death.failed_pages = pages;
-                died = Some(death);
+                died.get_or_insert(death);
                 break;
             }
         }
@@ -294,4 +299,67 @@ pub fn replay(
     let outcome = dry_run(&plan_for(record)?, card, autotune)?;
     let exactness = exactness(record, repeats, &outcome.steps, outcome.died.as_ref());
     Ok((outcome, exactness))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(on_refusal: OnRefusal, capacity: u64) -> (DryPlan, Arc<CardProfile>) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let card = CardProfile::read(&root.join("repro/cards/h200.json")).unwrap();
+        let text = std::fs::read_to_string(root.join("repro/recipes/wave-stack.toml")).unwrap();
+        let recipe = Recipe::parse("wave-stack.toml", &text).unwrap();
+        let plan = DryPlan {
+            recipe,
+            steps: 3,
+            seed: 1,
+            capacity,
+            on_refusal,
+            log_every: 3,
+        };
+        (plan, Arc::new(card))
+    }
+
+    #[test]
+    fn a_granted_run_dies_where_the_card_would_and_says_what_it_needed() {
+        let (roomy, card) = plan(OnRefusal::Grant, u64::MAX);
+        let need = dry_run(&roomy, card.clone(), None).unwrap();
+        assert!(need.died.is_none() && need.refused.is_empty());
+        let (tight, _) = plan(OnRefusal::Grant, need.peak_bytes / 2);
+        let granted = dry_run(&tight, card.clone(), None).unwrap();
+        let death = granted.died.as_ref().expect("half the need is too little");
+        assert_eq!(death.step, 1);
+        assert_eq!(granted.steps.len(), 3, "granted pages: the run goes on");
+        assert_eq!(
+            granted.peak_bytes, need.peak_bytes,
+            "and needs what the roomy run took"
+        );
+        let figures = |o: &DryOutcome| -> Vec<(u64, u64, u64)> {
+            o.steps
+                .iter()
+                .map(|s| (s.in_use_after_forward, s.in_use_after_backward, s.reserved))
+                .collect()
+        };
+        assert_eq!(
+            figures(&granted),
+            figures(&need),
+            "granting changes nothing but the books"
+        );
+        assert!(!granted.refused.is_empty());
+
+        let (refusing, _) = plan(OnRefusal::Refuse, need.peak_bytes / 2);
+        let refused = dry_run(&refusing, card, None).unwrap();
+        let d = refused.died.as_ref().expect("the card refuses");
+        assert_eq!(
+            (d.step, refused.steps.len()),
+            (1, 0),
+            "dies in its first step"
+        );
+        assert!(
+            refused.peak_bytes <= need.peak_bytes / 2,
+            "never past the card"
+        );
+        assert_eq!(d.failed_pages[0], granted.refused[0].out_of_memory.page);
+    }
 }
