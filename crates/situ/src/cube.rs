@@ -1,4 +1,4 @@
-//! The fused path on CubeCL (feature `cuda`): a forward kernel, a backward kernel, and the
+//! The fused path on CubeCL (feature `cube`): a forward kernel, a backward kernel, and the
 //! [`SituBackend`] implementation for burn-cubecl's unfused `CubeBackend`.
 //!
 //! **Kernel design.** Both kernels are elementwise over the `[N, f]` output grid, one unit per

@@ -1,4 +1,4 @@
-//! The fused path on burn-fusion (feature `cuda`): burn-cuda's default backend is
+//! The fused path on burn-fusion (feature `cube`): burn-cuda's default backend is
 //! `Fusion<CubeBackend<CudaRuntime>>`, which records operations into a stream and fuses
 //! elementwise chains before running them. A custom op joins that stream as a
 //! `CustomOpIr` — declared inputs and outputs, so the fuser orders it correctly and never fuses

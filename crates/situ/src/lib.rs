@@ -10,14 +10,18 @@
 //!   outputs alive until backward: that is the seed's out-of-memory.
 //! * [`situ_glu_fused`], the **fused path**: one forward kernel writing only the `[N, f]`
 //!   output, one backward kernel writing `d(mid)` from the saved `mid` and the output gradient,
-//!   registered as one custom autodiff op ([`SituBackend`]). On CUDA both are CubeCL kernels
-//!   (feature `cuda`, module `cube`); on burn-ndarray a host implementation of the same math
+//!   registered as one custom autodiff op ([`SituBackend`]). On CubeCL both are kernels
+//!   (feature `cube`, module `cube`: any CubeCL runtime, CUDA or dry); on burn-ndarray a host implementation of the same math
 //!   (module [`reference`]) stands in, so the autodiff wiring is tested on every machine.
 //!
 //! [`silu_control`] is the control arm; [`ExpertStack`] is the wave's expert FFN stack
 //! (`n_experts` FFNs, looped `max_iter` times) built from the same [`highwater::Recipe`] the
 //! simulator reads; [`counters`] says which path ran, as one log field
 //! (`situ=tensor:E/F/B,fused:E/F/B`).
+//!
+//! [`train`]'s step runs on every backend: burn-ndarray in tests, burn-cuda in `rerun`
+//! (feature `cuda`), and the dry CubeCL runtime in `dry` (feature `dry`), which gives the GPU's
+//! pool figures on a CPU.
 
 pub mod counters;
 mod expert;
