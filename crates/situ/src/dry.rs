@@ -17,7 +17,6 @@ use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
-use cubecl::Runtime;
 use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, Miss, OnRefusal, OutOfMemory};
 use highwater::conform::{Exactness, MeasuredDeath, MeasuredStep, RerunRecord, exactness};
 use highwater::pool::PoolUsage;
@@ -25,7 +24,7 @@ use highwater::recipe::{Backend, Checkpointing, Recipe};
 use highwater::trace::Phase;
 
 use crate::SOFT_CAP;
-use crate::train::{PoolProbe, TrainBackend, Trainer};
+use crate::train::{PoolProbe, TrainBackend, Trainer, client_usage, panic_message};
 
 /// burn-cubecl's unfused backend on the dry runtime (every op materializes its output).
 pub type DryCube = CubeBackend<DryRuntime, f32, i32, u8>;
@@ -108,7 +107,7 @@ fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevic
             let death = MeasuredDeath {
                 step: 0,
                 phase: Phase::Init,
-                message: panic_text(&panic),
+                message: panic_message(&panic),
                 failed_pages: probe.pages_of(0),
             };
             return outcome(vec![], Some(death), probe);
@@ -124,7 +123,7 @@ fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevic
                 Err(MeasuredDeath {
                     step,
                     phase: trainer.phase(),
-                    message: panic_text(&panic),
+                    message: panic_message(&panic),
                     failed_pages: vec![],
                 })
             });
@@ -159,14 +158,6 @@ fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevic
         }
     }
     outcome(steps, died, probe)
-}
-
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panic without a message".into())
 }
 
 /// The message cubecl-cuda 0.10 logs for a refused page (`IoError::BufferTooBig`).
@@ -238,15 +229,7 @@ impl<B: burn::tensor::backend::Backend<Device = DryDevice>> PoolProbe for DryPro
     }
 
     fn usage(&self) -> Result<Option<PoolUsage>, String> {
-        let u = DryRuntime::client(&self.device)
-            .memory_usage()
-            .map_err(|e| format!("{e:?}"))?;
-        Ok(Some(PoolUsage {
-            allocs: u.number_allocs,
-            in_use: u.bytes_in_use,
-            padding: u.bytes_padding,
-            reserved: u.bytes_reserved,
-        }))
+        client_usage::<DryRuntime>(&self.device)
     }
 }
 

@@ -15,7 +15,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
-use cubecl::Runtime;
 use highwater::conform::{DeviceMemory, MeasuredDeath, MeasuredStep, RerunRecord};
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
@@ -24,7 +23,7 @@ use highwater::trace::Phase;
 use crate::SOFT_CAP;
 use crate::counters::SituCounts;
 use crate::gpu::{Cube, CudaDevice, CudaRuntime};
-use crate::train::{PoolProbe, TrainBackend, Trainer};
+use crate::train::{PoolProbe, TrainBackend, Trainer, client_usage, panic_message, payload_text};
 
 /// burn-cuda's default backend: `Fusion<CubeBackend<CudaRuntime, f32, i32, u8>>`.
 pub type Fused = burn_cuda::Cuda<f32, i32>;
@@ -223,18 +222,6 @@ fn watch_allocation_failures() {
     });
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    payload_text(panic.as_ref()).unwrap_or_else(|| "panic without a message".into())
-}
-
-/// A panic payload's text (`panic!` with a literal or with a format).
-fn payload_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-}
-
 /// The pool of backend `B` on one CUDA device.
 struct CudaProbe<B> {
     device: CudaDevice,
@@ -251,15 +238,7 @@ impl<B: burn::tensor::backend::Backend<Device = CudaDevice>> PoolProbe for CudaP
     }
 
     fn usage(&self) -> Result<Option<PoolUsage>, String> {
-        let u = CudaRuntime::client(&self.device)
-            .memory_usage()
-            .map_err(|e| format!("{e:?}"))?;
-        Ok(Some(PoolUsage {
-            allocs: u.number_allocs,
-            in_use: u.bytes_in_use,
-            padding: u.bytes_padding,
-            reserved: u.bytes_reserved,
-        }))
+        client_usage::<CudaRuntime>(&self.device)
     }
 }
 

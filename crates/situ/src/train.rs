@@ -54,6 +54,33 @@ pub trait PoolProbe {
     fn phase(&self, _phase: Phase) {}
 }
 
+/// The pool a CubeCL runtime's client reads on `device`, for the calling thread's stream.
+#[cfg(feature = "cube")]
+pub fn client_usage<R: cubecl::Runtime>(device: &R::Device) -> Result<Option<PoolUsage>, String> {
+    let u = R::client(device)
+        .memory_usage()
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(Some(PoolUsage {
+        allocs: u.number_allocs,
+        in_use: u.bytes_in_use,
+        padding: u.bytes_padding,
+        reserved: u.bytes_reserved,
+    }))
+}
+
+/// A caught panic's message (`panic!` with a literal or with a format).
+pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    payload_text(panic.as_ref()).unwrap_or_else(|| "panic without a message".into())
+}
+
+/// A panic payload's text, if it has one.
+pub fn payload_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+}
+
 /// For backends without a pool: syncs nothing, reads nothing.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoPool;
