@@ -91,10 +91,6 @@ impl DeviceMemory {
         self.books().peak
     }
 
-    pub fn capacity(&self) -> u64 {
-        self.books().capacity
-    }
-
     /// Pages allocated so far.
     pub fn page_allocs(&self) -> u64 {
         self.books().page_allocs
@@ -129,10 +125,9 @@ impl DryStorage {
     }
 }
 
-/// What a binding resolves to: nothing to point at, only its extent.
+/// What a binding resolves to: nothing to point at, only its size.
 #[derive(Debug, Clone, Copy)]
 pub struct DryResource {
-    pub offset: u64,
     pub size: u64,
 }
 
@@ -149,7 +144,6 @@ impl ComputeStorage for DryStorage {
             "Storage handle not found"
         );
         DryResource {
-            offset: handle.offset(),
             size: handle.size(),
         }
     }

@@ -94,10 +94,6 @@ impl DryDevice {
         self.registered().memory
     }
 
-    pub fn card(&self) -> Arc<CardProfile> {
-        self.registered().card
-    }
-
     fn registered(&self) -> Registered {
         table()
             .get(&self.index)

@@ -105,32 +105,19 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         situ::dry::replay(&record, &repeats, card.clone(), Some(&a.autotune))
             .with_context(|| format!("cannot replay {}", path.display()))
     };
+    // One dry device per replay, one chunk of the records per core, results in file order.
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<_>>> = (0..files.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers.min(files.len()))
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = vec![];
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(path) = files.get(i) else { break done };
-                        done.push((i, replay(path)));
-                    }
-                })
-            })
+    let chunk = files.len().div_ceil(workers).max(1);
+    let results = std::thread::scope(|scope| {
+        let chunks: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| scope.spawn(|| part.iter().map(replay).collect::<Vec<_>>()))
             .collect();
-        for handle in handles {
-            for (i, result) in handle.join().expect("a replay thread panicked") {
-                results[i] = Some(result);
-            }
-        }
-    });
-    let results = results
-        .into_iter()
-        .map(|r| r.expect("every record was replayed"))
-        .collect::<Result<Vec<_>>>()?;
+        chunks
+            .into_iter()
+            .flat_map(|c| c.join().expect("a replay thread panicked"))
+            .collect::<Result<Vec<_>>>()
+    })?;
     if a.json {
         for (_, exactness) in &results {
             let mut row = serde_json::to_value(exactness)?;

@@ -289,8 +289,6 @@ pub fn conform(record: &RerunRecord) -> Result<Conformance, ConformError> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Exactness {
     pub name: String,
-    /// Steps compared (those both arms completed).
-    pub steps: u64,
     /// Steps completed: measured, predicted.
     pub completed: (u64, u64),
     /// Runs of this configuration on the GPU (the record and its repeats).
@@ -322,6 +320,11 @@ impl Difference {
 }
 
 impl Exactness {
+    /// Steps compared: those both arms completed.
+    pub fn steps_compared(&self) -> u64 {
+        self.completed.0.min(self.completed.1)
+    }
+
     /// No figure further from the record than the GPU is from itself, both arms completed the
     /// same steps and died (or not) alike.
     pub fn passes(&self) -> bool {
@@ -373,7 +376,6 @@ pub fn exactness(
     }
     Exactness {
         name: record.name(),
-        steps: record.steps.len().min(steps.len()) as u64,
         completed: (record.steps.len() as u64, steps.len() as u64),
         gpu_runs: 1 + repeats.len(),
         gpu_spread,

@@ -62,7 +62,7 @@ pub struct DryOutcome {
     pub steps: Vec<MeasuredStep>,
     /// Where the first refused page stopped (or would have stopped) a GPU run.
     pub died: Option<MeasuredDeath>,
-    /// Every page refused, in order (the run went on past them).
+    /// Every page refused, in order.
     pub refused: Vec<Refusal>,
     /// The most the pools' pages ever took: the capacity the run needed.
     pub peak_bytes: u64,
@@ -160,7 +160,7 @@ fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevic
     outcome(steps, died, probe)
 }
 
-/// The message cubecl-cuda 0.10 logs for a refused page (`IoError::BufferTooBig`).
+/// cubecl-cuda 0.10's message for a refused page (`IoError::BufferTooBig`), with the books.
 fn refusal_message(oom: OutOfMemory) -> String {
     format!(
         "can't allocate buffer of size: {} (reserving {} bytes; the pools held {} of {} bytes)",

@@ -56,7 +56,9 @@ pub trait PoolProbe {
 
 /// The pool a CubeCL runtime's client reads on `device`, for the calling thread's stream.
 #[cfg(feature = "cube")]
-pub fn client_usage<R: cubecl::Runtime>(device: &R::Device) -> Result<Option<PoolUsage>, String> {
+pub(crate) fn client_usage<R: cubecl::Runtime>(
+    device: &R::Device,
+) -> Result<Option<PoolUsage>, String> {
     let u = R::client(device)
         .memory_usage()
         .map_err(|e| format!("{e:?}"))?;
@@ -69,12 +71,12 @@ pub fn client_usage<R: cubecl::Runtime>(device: &R::Device) -> Result<Option<Poo
 }
 
 /// A caught panic's message (`panic!` with a literal or with a format).
-pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     payload_text(panic.as_ref()).unwrap_or_else(|| "panic without a message".into())
 }
 
 /// A panic payload's text, if it has one.
-pub fn payload_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+pub(crate) fn payload_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
     payload
         .downcast_ref::<String>()
         .cloned()
