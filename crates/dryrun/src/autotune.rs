@@ -35,13 +35,15 @@ pub enum AutotuneError {
     },
 }
 
-/// One key tuned on the dry device because the GPU's cache did not have it.
+/// One problem autotune settled, as a cache line records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Miss {
+pub struct Tuned {
     /// The tuner's file (`burn_cubecl-kernel-matmul-tune-base`, …).
     pub tuner: String,
     /// The problem, as CubeCL wrote its key.
     pub key: String,
+    /// The candidate that won (`matmul_specialized_tma_mma`, …).
+    pub kernel: String,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AutotuneError + '_ {
@@ -52,9 +54,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AutotuneError + '_ {
 }
 
 impl AutotuneCache {
-    /// Copies the GPU's cache files from `from` (a `device-0-0-cuda` folder) to where CubeCL will
-    /// look for dry device `index`, replacing what an earlier process left there.
-    pub fn install(from: &Path, index: u16) -> Result<Self, AutotuneError> {
+    /// Copies the GPU's cache files from `from` (a `device-0-0-cuda` folder), or none, to where
+    /// CubeCL will look for dry device `index`, replacing what an earlier process left there:
+    /// indices repeat across processes, and a stale folder would silently warm a cold device.
+    pub fn install(from: Option<&Path>, index: u16) -> Result<Self, AutotuneError> {
         let root = CubeClRuntimeConfig::get().autotune.cache.root();
         let dir = root
             .join("autotune")
@@ -65,61 +68,112 @@ impl AutotuneCache {
         }
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let mut installed = Vec::new();
-        let mut files: Vec<_> = std::fs::read_dir(from)
-            .map_err(io(from))?
-            .collect::<Result<_, _>>()
-            .map_err(io(from))?;
-        files.sort_by_key(|f| f.file_name());
-        for file in files {
-            let name = file.file_name().to_string_lossy().into_owned();
-            if !name.ends_with(".json.log") {
-                continue;
-            }
-            let text = std::fs::read_to_string(file.path()).map_err(io(&file.path()))?;
+        for (name, text) in from.map(cache_files).transpose()?.unwrap_or_default() {
             std::fs::write(dir.join(&name), &text).map_err(io(&dir))?;
             installed.push((name, entries(&text).count()));
         }
         Ok(Self { dir, installed })
     }
 
-    /// Keys tuned on the dry device so far (not in the GPU's cache), in file order.
-    pub fn misses(&self) -> Vec<Miss> {
-        let Ok(read) = std::fs::read_dir(&self.dir) else {
+    /// Problems tuned on the dry device so far (not in the GPU's cache, or every one when none
+    /// was installed), in file order.
+    pub fn misses(&self) -> Vec<Tuned> {
+        let Ok(files) = cache_files(&self.dir) else {
             return Vec::new();
         };
-        let mut names: Vec<String> = read
-            .filter_map(|f| f.ok())
-            .map(|f| f.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".json.log"))
-            .collect();
-        names.sort();
         let mut misses = Vec::new();
-        for name in names {
+        for (name, text) in files {
             let before = self
                 .installed
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map_or(0, |(_, count)| *count);
-            let text = std::fs::read_to_string(self.dir.join(&name)).unwrap_or_default();
-            for line in entries(&text).skip(before) {
-                misses.push(Miss {
-                    tuner: name.trim_end_matches(".json.log").to_string(),
-                    key: key_of(line),
-                });
-            }
+            misses.extend(entries(&text).skip(before).map(|line| tuned(&name, line)));
         }
         misses
     }
+
+    /// Every problem a cache folder (a GPU's, or a dry device's) records, in file order.
+    pub fn read(dir: &Path) -> Result<Vec<Tuned>, AutotuneError> {
+        Ok(cache_files(dir)?
+            .iter()
+            .flat_map(|(name, text)| entries(text).map(|line| tuned(name, line)))
+            .collect())
+    }
+}
+
+/// The folder's cache files, by name, with their text.
+fn cache_files(dir: &Path) -> Result<Vec<(String, String)>, AutotuneError> {
+    let mut files = Vec::new();
+    for file in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = file.map_err(io(dir))?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if let Some(name) = name.filter(|n| n.ends_with(".json.log")) {
+            files.push((name, std::fs::read_to_string(&path).map_err(io(&path))?));
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 fn entries(text: &str) -> impl Iterator<Item = &str> {
     text.lines().filter(|l| !l.trim().is_empty())
 }
 
-/// The tuned problem of one cache line (`{"key":{"key":…,"checksum":…},"value":…}`).
-fn key_of(line: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(line)
-        .ok()
-        .and_then(|v| v.get("key").and_then(|k| k.get("key")).cloned())
-        .map_or_else(|| line.to_string(), |k| k.to_string())
+/// One cache line (`{"key":{"key":…,"checksum":…},"value":{"fastest_index":…,"results":…}}`).
+/// An unreadable line keeps its text as the key, so it is still reported.
+fn tuned(file: &str, line: &str) -> Tuned {
+    let v = serde_json::from_str::<serde_json::Value>(line).unwrap_or_default();
+    let key = v
+        .pointer("/key/key")
+        .map_or_else(|| line.to_string(), |k| k.to_string());
+    let value = &v["value"];
+    let kernel = value["fastest_index"]
+        .as_u64()
+        .and_then(|i| {
+            value["results"].as_array()?.iter().find_map(|r| {
+                let ok = &r["outcome"]["Ok"];
+                (ok["index"].as_u64() == Some(i)).then(|| ok["name"].as_str())?
+            })
+        })
+        .unwrap_or("?")
+        .to_string();
+    Tuned {
+        tuner: file.trim_end_matches(".json.log").to_string(),
+        key,
+        kernel,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"{"key":{"key":{"m":64},"checksum":"c"},"value":{"fastest_index":2,"results":[{"outcome":{"Ok":{"name":"slow","index":1}}},{"outcome":{"Ok":{"name":"fast","index":2}}}]}}"#;
+
+    #[test]
+    fn a_line_names_its_problem_and_the_kernel_that_won() {
+        let t = tuned("matmul.json.log", LINE);
+        assert_eq!(
+            (t.tuner.as_str(), t.key.as_str()),
+            ("matmul", r#"{"m":64}"#)
+        );
+        assert_eq!(t.kernel, "fast");
+        let broken = tuned("matmul.json.log", "{not json");
+        assert_eq!(
+            (broken.key.as_str(), broken.kernel.as_str()),
+            ("{not json", "?")
+        );
+    }
+
+    #[test]
+    fn a_device_without_a_cache_starts_cold_whatever_an_earlier_process_left() {
+        let index = 65_000;
+        let stale = AutotuneCache::install(None, index).unwrap();
+        std::fs::write(stale.dir.join("matmul.json.log"), format!("{LINE}\n")).unwrap();
+        assert_eq!(stale.misses().len(), 1, "what a run tuned is reported");
+        let cold = AutotuneCache::install(None, index).unwrap();
+        assert!(cold.misses().is_empty());
+        assert!(AutotuneCache::read(&cold.dir).unwrap().is_empty());
+    }
 }

@@ -19,7 +19,7 @@ pub mod memory;
 mod runtime;
 mod server;
 
-pub use autotune::{AutotuneCache, AutotuneError, Miss};
+pub use autotune::{AutotuneCache, AutotuneError, Tuned};
 pub use card::{CardError, CardProfile};
 pub use memory::{DeviceMemory, OnRefusal, OutOfMemory};
 pub use runtime::{DryDevice, DryRuntime};

@@ -19,7 +19,7 @@ use cubecl_runtime::server::{ComputeServer, ServerUtilities};
 use cubecl_zspace::striding::has_pitched_row_major_strides;
 use cubecl_zspace::{Shape, Strides};
 
-use crate::autotune::{AutotuneCache, AutotuneError, Miss};
+use crate::autotune::{AutotuneCache, AutotuneError, Tuned};
 use crate::card::{CUDA_ALIGNMENT, CardProfile};
 use crate::memory::{DeviceMemory, OnRefusal};
 use crate::server::{CudaCompiler, DryServer};
@@ -45,7 +45,7 @@ impl std::fmt::Debug for DryDevice {
 struct Registered {
     card: Arc<CardProfile>,
     memory: DeviceMemory,
-    autotune: Option<AutotuneCache>,
+    autotune: AutotuneCache,
 }
 
 fn table() -> MutexGuard<'static, HashMap<u16, Registered>> {
@@ -55,8 +55,9 @@ fn table() -> MutexGuard<'static, HashMap<u16, Registered>> {
 
 impl DryDevice {
     /// A new device on `card` whose pools may take `capacity` bytes (the card's free memory,
-    /// or less to emulate a smaller one), pages beyond it refused or granted, tuned from the GPU's autotune cache in `autotune` (a
-    /// `device-0-0-cuda` folder) when given. Each call is a new device, with its own server.
+    /// or less to emulate a smaller one), pages beyond it refused or granted, tuned from the
+    /// GPU's autotune cache in `autotune` (a `device-0-0-cuda` folder) or, given none, from an
+    /// empty one. Each call is a new device, with its own server.
     pub fn new(
         card: Arc<CardProfile>,
         capacity: u64,
@@ -68,9 +69,7 @@ impl DryDevice {
         let index = (0..=u16::MAX)
             .find(|i| !table.contains_key(i))
             .expect("fewer than 65536 dry devices in one process");
-        let autotune = autotune
-            .map(|from| AutotuneCache::install(from, index))
-            .transpose()?;
+        let autotune = AutotuneCache::install(autotune, index)?;
         table.insert(
             index,
             Registered {
@@ -82,11 +81,10 @@ impl DryDevice {
         Ok(DryDevice { index })
     }
 
-    /// Problems autotuned on this device because the GPU's cache did not have them.
-    pub fn autotune_misses(&self) -> Vec<Miss> {
-        self.registered()
-            .autotune
-            .map_or_else(Vec::new, |cache| cache.misses())
+    /// Problems autotuned on this device because the GPU's cache did not have them (all of them
+    /// when it was given none).
+    pub fn autotune_misses(&self) -> Vec<Tuned> {
+        self.registered().autotune.misses()
     }
 
     /// The device's memory: what its pages take, and what the card refused.

@@ -129,8 +129,8 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         for (outcome, e) in &results {
             for m in &outcome.autotune_misses {
                 println!(
-                    "{}: tuned dry (not in the GPU's cache): {} {}",
-                    e.name, m.tuner, m.key
+                    "{}: tuned dry (not in the GPU's cache): {} {} -> {}",
+                    e.name, m.tuner, m.key, m.kernel
                 );
             }
         }

@@ -17,7 +17,7 @@ use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
-use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, Miss, OnRefusal, OutOfMemory};
+use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, OnRefusal, OutOfMemory, Tuned};
 use highwater::conform::{Exactness, MeasuredDeath, MeasuredStep, RerunRecord, exactness};
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
@@ -67,7 +67,7 @@ pub struct DryOutcome {
     /// The most the pools' pages ever took: the capacity the run needed.
     pub peak_bytes: u64,
     /// Problems autotuned on the dry device because the GPU's cache lacked them.
-    pub autotune_misses: Vec<Miss>,
+    pub autotune_misses: Vec<Tuned>,
 }
 
 /// Runs `plan` on a new dry device of `card`, tuned from the GPU's autotune cache `autotune`.
