@@ -51,6 +51,10 @@ struct Books {
     allocated: u64,
     peak: u64,
     page_allocs: u64,
+    /// Pages held now.
+    pages: u32,
+    /// The most bytes in use a stream's pool reached since the last [`DeviceMemory::take_peak_in_use`].
+    peak_in_use: u64,
     /// The reservation being served, for the event if its page is refused.
     requesting: u64,
     refused: Vec<OutOfMemory>,
@@ -71,6 +75,8 @@ impl DeviceMemory {
             allocated: 0,
             peak: 0,
             page_allocs: 0,
+            pages: 0,
+            peak_in_use: 0,
             requesting: 0,
             refused: Vec::new(),
         })))
@@ -94,6 +100,22 @@ impl DeviceMemory {
     /// Pages allocated so far.
     pub fn page_allocs(&self) -> u64 {
         self.books().page_allocs
+    }
+
+    /// Pages held now.
+    pub fn pages(&self) -> u32 {
+        self.books().pages
+    }
+
+    /// The most bytes in use any stream's pool reached since the last call (bytes in use only
+    /// grow at a reservation, where the server samples them), and starts over.
+    pub fn take_peak_in_use(&self) -> u64 {
+        std::mem::take(&mut self.books().peak_in_use)
+    }
+
+    pub(crate) fn in_use_seen(&self, bytes: u64) {
+        let mut books = self.books();
+        books.peak_in_use = books.peak_in_use.max(bytes);
     }
 
     /// The refusals since the last call, in order.
@@ -168,6 +190,7 @@ impl ComputeStorage for DryStorage {
         books.allocated += size;
         books.peak = books.peak.max(books.allocated);
         books.page_allocs += 1;
+        books.pages += 1;
         drop(books);
         let id = StorageId::new();
         self.pages.insert(id, size);
@@ -186,6 +209,7 @@ impl ComputeStorage for DryStorage {
         for id in self.deallocations.drain(..) {
             if let Some(size) = self.pages.remove(&id) {
                 books.allocated -= size;
+                books.pages -= 1;
             }
         }
     }
@@ -234,7 +258,7 @@ mod tests {
         storage.dealloc(second.id);
         assert_eq!(memory.allocated(), 5 << 20);
         storage.flush();
-        assert_eq!(memory.allocated(), 3 << 20);
+        assert_eq!((memory.allocated(), memory.pages()), (3 << 20, 1));
         assert!(memory.take_refused().is_empty());
     }
 }

@@ -220,7 +220,9 @@ fn reserve_and_bind(
     let pool = &mut streams.current().memory;
     device_memory.requesting(size);
     let reserved = pool.reserve(size)?;
-    pool.bind(reserved, memory, cursor)
+    pool.bind(reserved, memory, cursor)?;
+    device_memory.in_use_seen(pool.memory_usage().bytes_in_use);
+    Ok(())
 }
 
 /// `Command::empty`: a new handle with its memory reserved on the current stream.

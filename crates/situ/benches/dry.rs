@@ -30,7 +30,6 @@ fn main() {
                 let mut recipe = base.with(activation, checkpointing);
                 recipe.backend = backend;
                 let plan = DryPlan {
-                    recipe,
                     steps: 50,
                     seed: 1,
                     capacity: card.free_at_start,
@@ -38,7 +37,7 @@ fn main() {
                     log_every: 10,
                 };
                 let t = Instant::now();
-                let out = dry_run(&plan, card.clone(), Some(&autotune)).unwrap();
+                let out = dry_run(&recipe, &plan, card.clone(), Some(&autotune)).unwrap();
                 let wall = t.elapsed().as_secs_f64();
                 let mut ms: Vec<f64> = out.steps.iter().skip(2).map(|s| s.step_ms).collect();
                 ms.sort_by(f64::total_cmp);

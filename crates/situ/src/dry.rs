@@ -15,28 +15,31 @@ use std::sync::Arc;
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
+use burn::tensor::backend::AutodiffBackend;
 use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
 use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, OnRefusal, OutOfMemory, Tuned};
 use highwater::conform::{Exactness, MeasuredDeath, MeasuredStep, RerunRecord, exactness};
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
+use highwater::run::{Failure, RunReport};
 use highwater::trace::Phase;
 
 use crate::SOFT_CAP;
-use crate::train::{PoolProbe, TrainBackend, Trainer, client_usage, panic_message};
+use crate::train::{
+    PoolProbe, TrainBackend, Trainer, TrainingStep, WaveStep, client_usage, panic_message,
+};
 
 /// burn-cubecl's unfused backend on the dry runtime (every op materializes its output).
 pub type DryCube = CubeBackend<DryRuntime, f32, i32, u8>;
 /// burn-cuda's default arrangement, `Fusion` over the same, on the dry runtime.
 pub type DryFused = Fusion<DryCube>;
 
-/// What to run dry.
+/// How to run dry: how long, and on how much of the card.
 #[derive(Debug, Clone)]
 pub struct DryPlan {
-    /// Overrides (activation, checkpointing, backend) already applied.
-    pub recipe: Recipe,
     pub steps: u64,
+    /// Seeds the backend before the step is built (values only: no byte depends on it).
     pub seed: u64,
     /// Bytes the pools may take: the card's free memory, or what an emulated card leaves.
     pub capacity: u64,
@@ -60,6 +63,10 @@ pub struct DryOutcome {
     /// Every step completed: up to the death (excluded) when pages are refused, all of them when
     /// they are granted.
     pub steps: Vec<MeasuredStep>,
+    /// Per completed step: the most bytes in use at any moment of it, and the pages held at
+    /// its end (what a GPU run cannot read without stopping at every reservation).
+    pub peak_in_use: Vec<u64>,
+    pub pages: Vec<u32>,
     /// Where the first refused page stopped (or would have stopped) a GPU run.
     pub died: Option<MeasuredDeath>,
     /// Every page refused, in order.
@@ -70,36 +77,101 @@ pub struct DryOutcome {
     pub autotune_misses: Vec<Tuned>,
 }
 
-/// Runs `plan` on a new dry device of `card`, tuned from the GPU's autotune cache `autotune`.
+impl DryOutcome {
+    /// The run in the simulator's report type, so that plots, tables and `conform` take
+    /// either. `origin` names what ran; `capacity` is the plan's.
+    pub fn report(&self, origin: &str, plan: &DryPlan) -> RunReport {
+        let failures = self
+            .refused
+            .iter()
+            .map(|r| Failure {
+                step: r.step,
+                requested: r.out_of_memory.requested,
+                page: r.out_of_memory.page,
+                phase: r.phase,
+            })
+            .collect();
+        RunReport {
+            recipe: origin.to_string(),
+            seed: plan.seed,
+            steps: plan.steps,
+            died_at: self.died.as_ref().map(|d| d.step),
+            peak_in_use: self.peak_in_use.clone(),
+            in_use_after_forward: self.steps.iter().map(|s| s.in_use_after_forward).collect(),
+            in_use_after_backward: self.steps.iter().map(|s| s.in_use_after_backward).collect(),
+            reserved: self.steps.iter().map(|s| s.reserved).collect(),
+            pages: self.pages.clone(),
+            failures,
+            capacity: plan.capacity,
+            replayed_steps: self.steps.len() as u64,
+            late_steps: 0,
+        }
+    }
+}
+
+/// Runs `recipe`'s wave step (its backend and checkpointing) on a new dry device of `card`,
+/// tuned from the GPU's autotune cache `autotune`.
 pub fn dry_run(
+    recipe: &Recipe,
     plan: &DryPlan,
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<DryOutcome, AutotuneError> {
-    let device = DryDevice::new(card, plan.capacity, plan.on_refusal, autotune)?;
+    fn wave<B: TrainBackend<Device = DryDevice>>(
+        recipe: &Recipe,
+        plan: &DryPlan,
+        card: Arc<CardProfile>,
+        autotune: Option<&Path>,
+    ) -> Result<DryOutcome, AutotuneError> {
+        dry_train::<B, _>(plan, card, autotune, |device| {
+            WaveStep::new(recipe, plan.seed, SOFT_CAP, device)
+        })
+    }
     type CubeNone = Autodiff<DryCube, NoCheckpointing>;
     type CubeBalanced = Autodiff<DryCube, BalancedCheckpointing>;
     type FusedNone = Autodiff<DryFused, NoCheckpointing>;
     type FusedBalanced = Autodiff<DryFused, BalancedCheckpointing>;
-    let run = match (plan.recipe.backend, plan.recipe.checkpointing) {
-        (Backend::Cube, Checkpointing::None) => run_on::<CubeNone>,
-        (Backend::Cube, Checkpointing::Balanced) => run_on::<CubeBalanced>,
-        (Backend::Fusion, Checkpointing::None) => run_on::<FusedNone>,
-        (Backend::Fusion, Checkpointing::Balanced) => run_on::<FusedBalanced>,
+    let run = match (recipe.backend, recipe.checkpointing) {
+        (Backend::Cube, Checkpointing::None) => wave::<CubeNone>,
+        (Backend::Cube, Checkpointing::Balanced) => wave::<CubeBalanced>,
+        (Backend::Fusion, Checkpointing::None) => wave::<FusedNone>,
+        (Backend::Fusion, Checkpointing::Balanced) => wave::<FusedBalanced>,
     };
-    Ok(run(plan, &device))
+    run(recipe, plan, card, autotune)
 }
 
-fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevice) -> DryOutcome {
+/// Runs the training step that `build` makes, on a new dry device of `card`: the library call
+/// for a model of one's own. `B` is the backend it trains on (e.g. `Autodiff<DryFused>`, what
+/// burn-cuda's default becomes here); the backend is seeded before `build` runs. A panic in
+/// `build` (its weights did not fit) is a death at step 0.
+pub fn dry_train<B, S>(
+    plan: &DryPlan,
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+    build: impl FnOnce(&DryDevice) -> S,
+) -> Result<DryOutcome, AutotuneError>
+where
+    B: AutodiffBackend<Device = DryDevice>,
+    S: TrainingStep<B>,
+{
+    let device = DryDevice::new(card, plan.capacity, plan.on_refusal, autotune)?;
+    let memory = device.memory();
     let probe = DryProbe::<B>::new(device.clone());
-    let outcome = |steps, died, probe: DryProbe<B>| DryOutcome {
+    let mut peak_in_use = Vec::new();
+    let mut pages = Vec::new();
+    let outcome = |steps, peak_in_use, pages, died, probe: DryProbe<B>| DryOutcome {
         steps,
+        peak_in_use,
+        pages,
         died,
         refused: probe.refused.take(),
-        peak_bytes: device.memory().peak(),
+        peak_bytes: memory.peak(),
         autotune_misses: device.autotune_misses(),
     };
-    let created = catch_unwind(|| Trainer::<B>::new(&plan.recipe, plan.seed, SOFT_CAP, device));
+    let created = catch_unwind(AssertUnwindSafe(|| {
+        B::seed(&device, plan.seed);
+        Trainer::<B, S>::new(build(&device))
+    }));
     probe.collect();
     let mut trainer = match created {
         Ok(trainer) => trainer,
@@ -110,13 +182,14 @@ fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevic
                 message: panic_message(&panic),
                 failed_pages: probe.pages_of(0),
             };
-            return outcome(vec![], Some(death), probe);
+            return Ok(outcome(vec![], peak_in_use, pages, Some(death), probe));
         }
     };
     let mut steps = Vec::new();
     let mut died = None;
     for step in 1..=plan.steps {
         probe.step.set(step);
+        memory.take_peak_in_use();
         let read_loss = step.is_multiple_of(plan.log_every) || step == plan.steps;
         let measured = catch_unwind(AssertUnwindSafe(|| trainer.step(&probe, read_loss)))
             .unwrap_or_else(|panic| {
@@ -134,30 +207,37 @@ fn run_on<B: TrainBackend<Device = DryDevice>>(plan: &DryPlan, device: &DryDevic
             .iter()
             .find(|r| r.step == step)
             .map(|r| (r.phase, r.out_of_memory));
-        let pages = probe.pages_of(step);
+        let failed_pages = probe.pages_of(step);
+        let mut completed = |m: MeasuredStep| {
+            // Bytes in use only grow at a reservation; the phases' reads bound a step without one.
+            let phases = m.in_use_after_forward.max(m.in_use_after_backward);
+            peak_in_use.push(memory.take_peak_in_use().max(phases));
+            pages.push(memory.pages());
+            steps.push(m);
+        };
         match (measured, first) {
-            (Ok(m), None) => steps.push(m),
+            (Ok(m), None) => completed(m),
             (Ok(m), Some((phase, oom))) => {
                 died.get_or_insert(MeasuredDeath {
                     step,
                     phase,
                     message: refusal_message(oom),
-                    failed_pages: pages,
+                    failed_pages,
                 });
                 if plan.on_refusal == OnRefusal::Refuse {
                     break;
                 }
                 // Granted pages leave the run intact: it goes on to say what it would need.
-                steps.push(m);
+                completed(m);
             }
             (Err(mut death), _) => {
-                death.failed_pages = pages;
+                death.failed_pages = failed_pages;
                 died.get_or_insert(death);
                 break;
             }
         }
     }
-    outcome(steps, died, probe)
+    Ok(outcome(steps, peak_in_use, pages, died, probe))
 }
 
 /// cubecl-cuda 0.10's message for a refused page (`IoError::BufferTooBig`), with the books.
@@ -247,22 +327,22 @@ pub enum ReplayError {
     Autotune(#[from] AutotuneError),
 }
 
-/// The plan that replays a run recorded by `highwater rerun`: its recipe with the run's
-/// overrides, its steps and seed, what its pools could take, its loss reads.
-pub fn plan_for(record: &RerunRecord) -> Result<DryPlan, ReplayError> {
+/// What replays a run recorded by `highwater rerun`: its recipe with the run's overrides, and
+/// its steps, seed, what its pools could take, its loss reads.
+pub fn plan_for(record: &RerunRecord) -> Result<(Recipe, DryPlan), ReplayError> {
     let log_every = record
         .steps
         .iter()
         .find(|s| s.loss.is_some() && s.step < record.steps_asked)
         .map_or(record.steps_asked.max(1), |s| s.step);
-    Ok(DryPlan {
-        recipe: record.recipe()?,
+    let plan = DryPlan {
         steps: record.steps_asked,
         seed: record.seed,
         capacity: record.device.pool_capacity,
         on_refusal: OnRefusal::Refuse,
         log_every,
-    })
+    };
+    Ok((record.recipe()?, plan))
 }
 
 /// Replays `record` dry on `card` and holds it to the record, byte for byte, or within what
@@ -279,7 +359,8 @@ pub fn replay(
             profile: card.total_bytes,
         });
     }
-    let outcome = dry_run(&plan_for(record)?, card, autotune)?;
+    let (recipe, plan) = plan_for(record)?;
+    let outcome = dry_run(&recipe, &plan, card, autotune)?;
     let exactness = exactness(record, repeats, &outcome.steps, outcome.died.as_ref());
     Ok((outcome, exactness))
 }
@@ -288,29 +369,28 @@ pub fn replay(
 mod tests {
     use super::*;
 
-    fn plan(on_refusal: OnRefusal, capacity: u64) -> (DryPlan, Arc<CardProfile>) {
+    fn plan(on_refusal: OnRefusal, capacity: u64) -> (Recipe, DryPlan, Arc<CardProfile>) {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let card = CardProfile::read(&root.join("repro/cards/h200.json")).unwrap();
         let text = std::fs::read_to_string(root.join("repro/recipes/wave-stack.toml")).unwrap();
         let recipe = Recipe::parse("wave-stack.toml", &text).unwrap();
         let plan = DryPlan {
-            recipe,
             steps: 3,
             seed: 1,
             capacity,
             on_refusal,
             log_every: 3,
         };
-        (plan, Arc::new(card))
+        (recipe, plan, Arc::new(card))
     }
 
     #[test]
     fn a_granted_run_dies_where_the_card_would_and_says_what_it_needed() {
-        let (roomy, card) = plan(OnRefusal::Grant, u64::MAX);
-        let need = dry_run(&roomy, card.clone(), None).unwrap();
+        let (recipe, roomy, card) = plan(OnRefusal::Grant, u64::MAX);
+        let need = dry_run(&recipe, &roomy, card.clone(), None).unwrap();
         assert!(need.died.is_none() && need.refused.is_empty());
-        let (tight, _) = plan(OnRefusal::Grant, need.peak_bytes / 2);
-        let granted = dry_run(&tight, card.clone(), None).unwrap();
+        let (_, tight, _) = plan(OnRefusal::Grant, need.peak_bytes / 2);
+        let granted = dry_run(&recipe, &tight, card.clone(), None).unwrap();
         let death = granted.died.as_ref().expect("half the need is too little");
         assert_eq!(death.step, 1);
         assert_eq!(granted.steps.len(), 3, "granted pages: the run goes on");
@@ -331,8 +411,8 @@ mod tests {
         );
         assert!(!granted.refused.is_empty());
 
-        let (refusing, _) = plan(OnRefusal::Refuse, need.peak_bytes / 2);
-        let refused = dry_run(&refusing, card, None).unwrap();
+        let (_, refusing, _) = plan(OnRefusal::Refuse, need.peak_bytes / 2);
+        let refused = dry_run(&recipe, &refusing, card, None).unwrap();
         let d = refused.died.as_ref().expect("the card refuses");
         assert_eq!(
             (d.step, refused.steps.len()),

@@ -23,7 +23,9 @@ use highwater::trace::Phase;
 use crate::SOFT_CAP;
 use crate::counters::SituCounts;
 use crate::gpu::{Cube, CudaDevice, CudaRuntime};
-use crate::train::{PoolProbe, TrainBackend, Trainer, client_usage, panic_message, payload_text};
+use crate::train::{
+    PoolProbe, TrainBackend, Trainer, WaveStep, client_usage, panic_message, payload_text,
+};
 
 /// burn-cuda's default backend: `Fusion<CubeBackend<CudaRuntime, f32, i32, u8>>`.
 pub type Fused = burn_cuda::Cuda<f32, i32>;
@@ -116,7 +118,14 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
     let (memory, _ballast) = hold_back(plan.cap)?;
     observer.started(&memory);
     let mut steps = vec![];
-    let created = catch_unwind(|| Trainer::<B>::new(&plan.recipe, plan.seed, SOFT_CAP, &device));
+    let created = catch_unwind(|| {
+        Trainer::new(WaveStep::<B>::new(
+            &plan.recipe,
+            plan.seed,
+            SOFT_CAP,
+            &device,
+        ))
+    });
     let mut trainer = match created {
         Ok(t) => t,
         Err(panic) => {

@@ -110,53 +110,43 @@ pub struct Model<B: Backend> {
     pub persistent: Option<Tensor<B, 1>>,
 }
 
-/// Trains `recipe` step by step on one device.
-pub struct Trainer<B: TrainBackend> {
-    recipe: Recipe,
-    device: B::Device,
-    model: Model<B>,
-    adam: Adam,
-    expert_states: Vec<Option<AdamState<B::InnerBackend, 2>>>,
-    rest_state: Option<AdamState<B::InnerBackend, 1>>,
+/// One training step of a model, phase by phase: what [`Trainer`] runs and measures between
+/// the phases, on any backend. The wave stack's step is [`WaveStep`]; a model of one's own is
+/// any type with a forward that returns the loss and an optimizer that consumes the gradients.
+pub trait TrainingStep<B: AutodiffBackend> {
+    /// The forward pass over a fresh batch; returns the loss.
+    fn forward(&mut self) -> Tensor<B, 1>;
+    /// The backward pass: the gradients the optimizer will consume.
+    fn backward(&mut self, loss: &Tensor<B, 1>) -> B::Gradients {
+        loss.backward()
+    }
+    /// The optimizer's update; the gradients are gone when it returns.
+    fn optimize(&mut self, grads: B::Gradients);
+}
+
+/// Runs a [`TrainingStep`] step by step on one device, synchronizing after each phase and
+/// reading the pool through a [`PoolProbe`].
+pub struct Trainer<B: AutodiffBackend, S> {
+    program: S,
     step: u64,
     /// The phase running (or that failed).
     phase: Phase,
+    _backend: std::marker::PhantomData<B>,
 }
 
-impl<B: TrainBackend> Trainer<B> {
-    /// Seeds the backend, creates the weights in the persistent pool.
-    pub fn new(recipe: &Recipe, seed: u64, cap: f32, device: &B::Device) -> Self {
-        B::seed(device, seed);
-        let model = B::memory_persistent_allocations(device, (), |()| {
-            let stack = ExpertStack::from_recipe(recipe, seed, cap, device);
-            let rest_params = (recipe.rest.params > 0).then(|| {
-                Tensor::<B, 1>::zeros([recipe.rest.params as usize], device).require_grad()
-            });
-            let persistent = (recipe.rest.persistent_bytes > 0).then(|| {
-                let elems = recipe.rest.persistent_bytes / recipe.dtype.size();
-                Tensor::<B, 1>::zeros([elems as usize], device)
-            });
-            Model {
-                stack,
-                rest_params,
-                persistent,
-            }
-        });
-        B::sync(device).expect("the weights are on the device");
+impl<B: AutodiffBackend, S: TrainingStep<B>> Trainer<B, S> {
+    pub fn new(program: S) -> Self {
         Trainer {
-            recipe: recipe.clone(),
-            device: device.clone(),
-            expert_states: vec![None; 2 * model.stack.experts.len()],
-            model,
-            adam: AdamConfig::new().build(),
-            rest_state: None,
+            program,
             step: 0,
             phase: Phase::Init,
+            _backend: std::marker::PhantomData,
         }
     }
 
-    pub fn model(&self) -> &Model<B> {
-        &self.model
+    /// The step it trains (its model, its optimizer state).
+    pub fn program(&self) -> &S {
+        &self.program
     }
 
     /// The phase the last step was in when it returned (or panicked).
@@ -189,24 +179,18 @@ impl<B: TrainBackend> Trainer<B> {
 
         self.phase = Phase::Forward;
         probe.phase(self.phase);
-        let batch = self.batch();
-        let loss = self.forward(batch.clone());
+        let loss = self.program.forward();
         let (in_use_after_forward, _) = in_use(Phase::Forward)?;
 
         self.phase = Phase::Backward;
         probe.phase(self.phase);
-        let mut grads = loss.backward();
-        // The batch's gradient goes upstream and is gone, as an embedding's backward would
-        // consume it; only the parameters' gradients wait for the optimizer.
-        drop(batch.grad_remove(&mut grads));
-        drop(batch);
+        let grads = self.program.backward(&loss);
         let (in_use_after_backward, _) = in_use(Phase::Backward)?;
         let loss = read_loss.then(|| loss.into_scalar().elem::<f64>());
 
         self.phase = Phase::Optimizer;
         probe.phase(self.phase);
-        self.update(&mut grads);
-        drop(grads);
+        self.program.optimize(grads);
         let (_, reserved) = in_use(Phase::Optimizer)?;
         Ok(MeasuredStep {
             step,
@@ -216,6 +200,54 @@ impl<B: TrainBackend> Trainer<B> {
             step_ms: start.elapsed().as_secs_f64() * 1e3,
             loss,
         })
+    }
+}
+
+/// The wave's training step, built from a recipe: the step `highwater::trace` models.
+pub struct WaveStep<B: TrainBackend> {
+    recipe: Recipe,
+    device: B::Device,
+    model: Model<B>,
+    adam: Adam,
+    expert_states: Vec<Option<AdamState<B::InnerBackend, 2>>>,
+    rest_state: Option<AdamState<B::InnerBackend, 1>>,
+    /// The step's batch, from its forward to its backward.
+    batch: Option<Tensor<B, 2>>,
+}
+
+impl<B: TrainBackend> WaveStep<B> {
+    /// Seeds the backend, creates the weights in the persistent pool.
+    pub fn new(recipe: &Recipe, seed: u64, cap: f32, device: &B::Device) -> Self {
+        B::seed(device, seed);
+        let model = B::memory_persistent_allocations(device, (), |()| {
+            let stack = ExpertStack::from_recipe(recipe, seed, cap, device);
+            let rest_params = (recipe.rest.params > 0).then(|| {
+                Tensor::<B, 1>::zeros([recipe.rest.params as usize], device).require_grad()
+            });
+            let persistent = (recipe.rest.persistent_bytes > 0).then(|| {
+                let elems = recipe.rest.persistent_bytes / recipe.dtype.size();
+                Tensor::<B, 1>::zeros([elems as usize], device)
+            });
+            Model {
+                stack,
+                rest_params,
+                persistent,
+            }
+        });
+        B::sync(device).expect("the weights are on the device");
+        WaveStep {
+            recipe: recipe.clone(),
+            device: device.clone(),
+            expert_states: vec![None; 2 * model.stack.experts.len()],
+            model,
+            adam: AdamConfig::new().build(),
+            rest_state: None,
+            batch: None,
+        }
+    }
+
+    pub fn model(&self) -> &Model<B> {
+        &self.model
     }
 
     /// A fresh `[N, d_model]` batch. Tracked, as the embedding output it stands for is: the
@@ -227,7 +259,7 @@ impl<B: TrainBackend> Trainer<B> {
     }
 
     /// The forward pass as `highwater::trace` models it; returns the loss.
-    fn forward(&self, batch: Tensor<B, 2>) -> Tensor<B, 1> {
+    fn wave_forward(&self, batch: Tensor<B, 2>) -> Tensor<B, 1> {
         let r = &self.recipe;
         let stack = &self.model.stack;
         let mut x = batch;
@@ -276,6 +308,28 @@ impl<B: TrainBackend> Trainer<B> {
         let (param, state) = adam_step(&self.adam, param, grads, state);
         self.expert_states[k] = state;
         param
+    }
+}
+
+impl<B: TrainBackend> TrainingStep<B> for WaveStep<B> {
+    fn forward(&mut self) -> Tensor<B, 1> {
+        let batch = self.batch();
+        self.batch = Some(batch.clone());
+        self.wave_forward(batch)
+    }
+
+    fn backward(&mut self, loss: &Tensor<B, 1>) -> B::Gradients {
+        let mut grads = loss.backward();
+        // The batch's gradient goes upstream and is gone, as an embedding's backward would
+        // consume it; only the parameters' gradients wait for the optimizer.
+        if let Some(batch) = self.batch.take() {
+            drop(batch.grad_remove(&mut grads));
+        }
+        grads
+    }
+
+    fn optimize(&mut self, mut grads: B::Gradients) {
+        self.update(&mut grads);
     }
 }
 

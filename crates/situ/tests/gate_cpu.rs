@@ -271,7 +271,7 @@ fn the_tensor_path_is_the_ledgers_op_list() {
 /// one), and every expert call of every step runs its recipe's path, forward and backward.
 #[test]
 fn the_training_step_trains_every_parameter_with_burns_adam() {
-    use situ::train::{LEARNING_RATE, NoPool, Trainer};
+    use situ::train::{LEARNING_RATE, NoPool, Trainer, WaveStep};
     let _g = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
     let mut recipe = small(&wave());
     // A rest of the model: 7 activations of 2×8 elements over 4 iterations, 3 parameters.
@@ -324,8 +324,9 @@ fn the_training_step_trains_every_parameter_with_burns_adam() {
         r: &Recipe,
     ) -> (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<f64>) {
         let device = Default::default();
-        let weights = |t: &Trainer<B>| -> Vec<Vec<f64>> {
-            t.model()
+        let weights = |t: &Trainer<B, WaveStep<B>>| -> Vec<Vec<f64>> {
+            t.program()
+                .model()
                 .stack
                 .experts
                 .iter()
@@ -337,7 +338,7 @@ fn the_training_step_trains_every_parameter_with_burns_adam() {
                 })
                 .collect()
         };
-        let mut trainer = Trainer::<B>::new(r, 7, SOFT_CAP, &device);
+        let mut trainer = Trainer::new(WaveStep::<B>::new(r, 7, SOFT_CAP, &device));
         let first = weights(&trainer);
         for _ in 0..3 {
             let m = trainer
@@ -345,7 +346,13 @@ fn the_training_step_trains_every_parameter_with_burns_adam() {
                 .expect("a CPU step cannot run out of memory");
             assert!(m.loss.is_some_and(f64::is_finite));
         }
-        let rest = trainer.model().rest_params.clone().unwrap().inner();
+        let rest = trainer
+            .program()
+            .model()
+            .rest_params
+            .clone()
+            .unwrap()
+            .inner();
         let rest = rest.into_data().convert::<f64>().to_vec::<f64>().unwrap();
         (first, weights(&trainer), rest)
     }
