@@ -93,6 +93,25 @@ impl CardProfile {
         serde_json::from_str(&text).map_err(|source| CardError::Parse { path: name, source })
     }
 
+    /// The same chip with `total_bytes` of memory (a 16 GiB card, say): the pools are sized
+    /// from the new total as cubecl-cuda would size them, the process's CUDA context still takes
+    /// what it took on the profiled card, and the properties are re-derived (their checksum, which
+    /// hashes the chip and not its memory, stays). Saturates: a total below the context leaves
+    /// the pools nothing.
+    pub fn with_memory(&self, total_bytes: u64) -> CardProfile {
+        let context = self.total_bytes.saturating_sub(self.free_at_start);
+        let mut card = CardProfile {
+            gpu: format!("{} with {:.2} GiB", self.gpu, total_bytes as f64 / (1u64 << 30) as f64),
+            total_bytes,
+            free_at_start: total_bytes.saturating_sub(context),
+            ..self.clone()
+        };
+        let properties = card.device_properties();
+        card.properties_checksum = properties.checksum();
+        card.properties_debug = format!("{properties:?}");
+        card
+    }
+
     /// The pool's page limit and alignment, as cubecl-cuda derives them.
     pub fn memory_properties(&self) -> MemoryDeviceProperties {
         MemoryDeviceProperties {

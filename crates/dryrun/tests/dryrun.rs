@@ -29,6 +29,28 @@ fn the_properties_derived_from_the_profile_are_the_gpus() {
 }
 
 #[test]
+fn a_card_with_other_memory_sizes_its_pools_from_its_own_total() {
+    let h200 = h200();
+    let sixteen = h200.with_memory(16 << 30);
+    let context = h200.total_bytes - h200.free_at_start;
+    assert_eq!(sixteen.free_at_start, (16 << 30) - context);
+    let device = DryDevice::new(
+        Arc::new(sixteen.clone()),
+        sixteen.free_at_start,
+        OnRefusal::Refuse,
+        None,
+    )
+    .unwrap();
+    let client = DryRuntime::client(&device);
+    assert_eq!(client.properties().memory.max_page_size, 4 << 30);
+    assert_eq!(client.properties().checksum(), sixteen.properties_checksum);
+    assert_eq!(
+        sixteen.properties_checksum, h200.properties_checksum,
+        "the checksum hashes the chip, not its memory: the GPU's autotune cache still applies"
+    );
+}
+
+#[test]
 fn the_dry_client_reports_the_gpus_properties_and_pool_limits() {
     let card = h200();
     let device = DryDevice::new(card.clone(), card.free_at_start, OnRefusal::Refuse, None).unwrap();

@@ -26,7 +26,11 @@ pub enum Command {
     /// bytes reserved within 5 %, the same arms dying under a cap; with --dry, the dry run to
     /// every byte of every step. Exits 1 on any miss.
     Conform(ConformArgs),
-    /// Trains a recipe on the GPU (burn-cuda) and records its pool step by step.
+    /// Will it fit? Trains a model (a decoder or a wave recipe) dry, burn's own code with no
+    /// GPU, on a card of the size asked: per-step pool figures, where it dies, or the largest
+    /// batch that fits.
+    Fit(FitArgs),
+    /// Trains a recipe or a decoder on the GPU (burn-cuda) and records its pool step by step.
     #[cfg(feature = "cuda")]
     Rerun(RerunArgs),
 }
@@ -104,20 +108,112 @@ pub struct ConformArgs {
     pub autotune: PathBuf,
 }
 
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    highwater fit repro/models/decoder.toml --card 16GiB\n  \
+    highwater fit repro/models/decoder.toml --card 16GiB --largest-batch\n  \
+    highwater fit repro/recipes/wave-stack.toml --card 80GB --batch 32 --backend fusion\n\n\
+    The card is the chip of --chip (a profile recorded by card-profile) with the memory of \
+    --card; the pools may take that memory less the CUDA context the chip's process took. \
+    Exits 0 whether or not the model fits; 1 on bad input.")]
+pub struct FitArgs {
+    /// A decoder (`[decoder]`, e.g. repro/models/decoder.toml) or a wave recipe (TOML).
+    #[arg(value_name = "MODEL")]
+    pub model: PathBuf,
+    /// The card's memory (`16GiB`, `80GB`, `24000000000`), or a card profile (JSON) to use as
+    /// it is.
+    #[arg(long, value_name = "SIZE|PATH", default_value = "repro/cards/h200.json", value_parser = parse_card)]
+    pub card: CardArg,
+    /// The chip a --card size is given to.
+    #[arg(long, value_name = "PATH", default_value = "repro/cards/h200.json")]
+    pub chip: PathBuf,
+    /// Sequences per step [default: the model's].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "largest_batch")]
+    pub batch: Option<u64>,
+    /// Search for the largest batch whose steps fit, and say where the next one dies.
+    #[arg(long)]
+    pub largest_batch: bool,
+    /// Steps per run (the bundled models' pools settle by their third step).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub steps: u64,
+    /// Backend [default: the model's].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// Checkpoint strategy [default: the model's].
+    #[arg(long, value_enum)]
+    pub checkpointing: Option<CheckpointingArg>,
+    /// The GPU's autotune cache, so the dry run picks its kernels (problems it lacks are tuned
+    /// dry and listed).
+    #[arg(long, value_name = "DIR", default_value = "repro/cards/h200-autotune")]
+    pub autotune: PathBuf,
+    /// One JSON object on stdout instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `--card` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CardArg {
+    /// A memory size in bytes, given to the chip.
+    Bytes(u64),
+    /// A card profile used as it is.
+    Profile(PathBuf),
+}
+
+/// `16GiB`, `16 GiB`, `80GB`, `512MiB`, `24000000000` (bytes); anything else is a path.
+fn parse_card(s: &str) -> Result<CardArg, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    if digits == 0 {
+        return Ok(CardArg::Profile(PathBuf::from(s)));
+    }
+    let (number, unit) = t.split_at(digits);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ if t.ends_with(".json") => return Ok(CardArg::Profile(PathBuf::from(s))),
+        other => return Err(format!("`{other}` is not a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{number}` is not a number"))?;
+    let bytes = value * scale as f64;
+    if !(1.0..=(1u64 << 50) as f64).contains(&bytes) {
+        return Err(format!("{s} is not a card's memory (1 B to 1 PiB)"));
+    }
+    Ok(CardArg::Bytes(bytes as u64))
+}
+
 #[cfg(feature = "cuda")]
 #[derive(Debug, Args)]
 #[command(after_help = "Example:\n  \
     highwater rerun --recipe repro/recipes/wave-stack.toml --activation situ-tensor \
     --backend fusion --checkpointing balanced --steps 50 --out repro/results\n  \
-    highwater rerun --recipe repro/recipes/situ.toml --cap card --steps 100\n\n\
-    Writes OUT/rerun-<recipe>-<activation>-<backend>-<checkpointing>[-cap<GiB>].json; log \
-    lines (the command first) go to stdout.")]
+    highwater rerun --recipe repro/recipes/situ.toml --cap card --steps 100\n  \
+    highwater rerun --decoder repro/models/decoder.toml --backend cube --steps 20\n\n\
+    Writes OUT/rerun-<recipe>-<activation>-<backend>-<checkpointing>[-cap<GiB>].json, or \
+    OUT/decoder-<file>-<backend>-<checkpointing>-b<batch>.json; log lines (the command first) \
+    go to stdout.")]
+#[command(group = clap::ArgGroup::new("model").required(true).args(["recipe", "decoder"]))]
 pub struct RerunArgs {
     /// Recipe file (TOML).
     #[arg(long, value_name = "PATH")]
-    pub recipe: PathBuf,
+    pub recipe: Option<PathBuf>,
+    /// A decoder's recipe (TOML with `[decoder]`), e.g. repro/models/decoder.toml.
+    #[arg(long, value_name = "PATH")]
+    pub decoder: Option<PathBuf>,
+    /// With --decoder: sequences per step [default: the decoder's].
+    #[arg(long, value_name = "N", requires = "decoder", value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: Option<u64>,
     /// Activation path [default: the recipe's].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, conflicts_with = "decoder")]
     pub activation: Option<ActivationArg>,
     /// Checkpoint strategy [default: the recipe's].
     #[arg(long, value_enum)]
@@ -164,7 +260,7 @@ fn parse_cap(s: &str) -> Result<CapArg, String> {
     }
 }
 
-/// The burn backends a rerun can use.
+/// The burn backends a run can use.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum BackendArg {
     /// burn-cubecl's unfused `CubeBackend`.
@@ -262,6 +358,22 @@ mod tests {
         assert!(parse_seeds("3..1").unwrap_err().contains("empty"));
         assert!(parse_seeds("a..3").unwrap_err().contains("`a`"));
         assert!(parse_seeds("0..100000000").is_err());
+    }
+
+    #[test]
+    fn cards() {
+        assert_eq!(parse_card("16GiB"), Ok(CardArg::Bytes(16 << 30)));
+        assert_eq!(parse_card("16 GiB"), Ok(CardArg::Bytes(16 << 30)));
+        assert_eq!(parse_card("80GB"), Ok(CardArg::Bytes(80_000_000_000)));
+        assert_eq!(parse_card("1.5GiB"), Ok(CardArg::Bytes(3 << 29)));
+        assert_eq!(parse_card("4096"), Ok(CardArg::Bytes(4096)));
+        assert_eq!(
+            parse_card("repro/cards/h200.json"),
+            Ok(CardArg::Profile("repro/cards/h200.json".into()))
+        );
+        assert!(parse_card("16 furlongs").unwrap_err().contains("not a unit"));
+        assert!(parse_card("99999999TiB").unwrap_err().contains("not a card"));
+        assert!(parse_card("0GiB").is_err());
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Ledger(a) => ledger(a),
         Command::Forensics(a) => forensics(a),
         Command::Conform(a) => crate::conform::conform(a),
+        Command::Fit(a) => crate::fit::fit(a),
         #[cfg(feature = "cuda")]
         Command::Rerun(a) => crate::rerun::rerun(a),
     }

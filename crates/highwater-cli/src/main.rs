@@ -7,6 +7,7 @@
 //! highwater ledger   --recipe repro/recipes/situ.toml --checkpointing balanced
 //! highwater forensics ~/logs/ab2000_situ_s*.log
 //! highwater conform repro/results
+//! highwater fit repro/models/decoder.toml --card 16GiB --largest-batch
 //! highwater rerun --recipe repro/recipes/wave-stack.toml --activation situ-fused --steps 50   # feature cuda
 //! ```
 //!
@@ -25,8 +26,11 @@
 //! * `conform` reads every `rerun-*.json` in a directory (runs recorded on a GPU by `rerun`),
 //!   simulates each as that card had it and prints measured, predicted and error; it exits 1
 //!   when any run misses a tolerance (see [`highwater::conform`]).
-//! * `rerun` (built with `--features cuda`) trains the recipe on burn-cuda and writes the
-//!   record (see `situ::rerun`).
+//! * `fit` trains a model (a decoder or a wave recipe) dry on a card of the size asked and
+//!   prints each step's pool figures and whether it fits, or searches for the largest batch
+//!   that does and says where the next one dies (see `situ::dry`).
+//! * `rerun` (built with `--features cuda`) trains the recipe, or a decoder, on burn-cuda and
+//!   writes the record (see `situ::rerun`).
 //!
 //! Bad input (unreadable file, malformed recipe, bad range) exits with status 1 and one
 //! message on stderr: what failed, then each cause once (a recipe error names the file, line,
@@ -35,6 +39,7 @@
 mod args;
 mod commands;
 mod conform;
+mod fit;
 #[cfg(feature = "cuda")]
 mod rerun;
 mod table;

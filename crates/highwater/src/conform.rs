@@ -165,6 +165,85 @@ impl RerunRecord {
     }
 }
 
+/// A decoder ([`crate::decoder::Decoder`]) trained on a GPU by `highwater rerun --decoder`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecoderRecord {
+    #[serde(flatten)]
+    pub provenance: Provenance,
+    /// The decoder's recipe, as given on the command line, and its text at the time.
+    pub decoder_path: String,
+    pub decoder_toml: String,
+    pub backend: Backend,
+    pub checkpointing: Checkpointing,
+    pub batch: u64,
+    pub steps_asked: u64,
+    pub seed: u64,
+    pub device: DeviceMemory,
+    pub steps: Vec<MeasuredStep>,
+    pub died: Option<MeasuredDeath>,
+}
+
+impl DecoderRecord {
+    /// `decoder-<file>-<backend>-<checkpointing>-b<batch>`: the file stem.
+    pub fn name(&self) -> String {
+        let stem = std::path::Path::new(&self.decoder_path)
+            .file_stem()
+            .map_or("decoder".into(), |s| s.to_string_lossy().into_owned());
+        format!(
+            "decoder-{stem}-{}-{}-b{}",
+            written_name(&self.backend),
+            written_name(&self.checkpointing),
+            self.batch
+        )
+    }
+
+    /// The decoder the run trained, with the run's overrides applied.
+    pub fn decoder(&self) -> Result<crate::decoder::Decoder, RecipeError> {
+        let mut d = crate::decoder::Decoder::parse(&self.decoder_path, &self.decoder_toml)?;
+        d.backend = self.backend;
+        d.checkpointing = self.checkpointing;
+        d.steps = self.steps_asked;
+        d.seed = self.seed;
+        d.with_batch(self.batch).map_err(|reason| RecipeError::Invalid {
+            origin: self.decoder_path.clone(),
+            line: 1,
+            field: "decoder.batch",
+            reason,
+        })
+    }
+}
+
+/// What every GPU record offers a comparison: its name, its steps, how it ended.
+pub trait Recorded {
+    fn name(&self) -> String;
+    fn steps(&self) -> &[MeasuredStep];
+    fn died(&self) -> Option<&MeasuredDeath>;
+}
+
+impl Recorded for RerunRecord {
+    fn name(&self) -> String {
+        RerunRecord::name(self)
+    }
+    fn steps(&self) -> &[MeasuredStep] {
+        &self.steps
+    }
+    fn died(&self) -> Option<&MeasuredDeath> {
+        self.died.as_ref()
+    }
+}
+
+impl Recorded for DecoderRecord {
+    fn name(&self) -> String {
+        DecoderRecord::name(self)
+    }
+    fn steps(&self) -> &[MeasuredStep] {
+        &self.steps
+    }
+    fn died(&self) -> Option<&MeasuredDeath> {
+        self.died.as_ref()
+    }
+}
+
 /// One run, measured against simulated.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Conformance {
@@ -347,22 +426,22 @@ fn figures(s: &MeasuredStep) -> [(&'static str, u64); 3] {
 
 /// Compares `record` (and `repeats`, the same configuration run again on the same GPU) with a
 /// prediction of the run, step by step, figure by figure.
-pub fn exactness(
-    record: &RerunRecord,
-    repeats: &[RerunRecord],
+pub fn exactness<R: Recorded>(
+    record: &R,
+    repeats: &[R],
     steps: &[MeasuredStep],
     died: Option<&MeasuredDeath>,
 ) -> Exactness {
     let mut gpu_spread = 0;
-    for (i, m) in record.steps.iter().enumerate() {
-        for r in repeats.iter().filter_map(|repeat| repeat.steps.get(i)) {
+    for (i, m) in record.steps().iter().enumerate() {
+        for r in repeats.iter().filter_map(|repeat| repeat.steps().get(i)) {
             for ((_, a), (_, b)) in figures(m).into_iter().zip(figures(r)) {
                 gpu_spread = gpu_spread.max(a.abs_diff(b));
             }
         }
     }
     let mut differences = Vec::new();
-    for (m, p) in record.steps.iter().zip(steps) {
+    for (m, p) in record.steps().iter().zip(steps) {
         for ((figure, measured), (_, predicted)) in figures(m).into_iter().zip(figures(p)) {
             if measured != predicted {
                 differences.push(Difference {
@@ -376,11 +455,11 @@ pub fn exactness(
     }
     Exactness {
         name: record.name(),
-        completed: (record.steps.len() as u64, steps.len() as u64),
+        completed: (record.steps().len() as u64, steps.len() as u64),
         gpu_runs: 1 + repeats.len(),
         gpu_spread,
         differences,
-        measured_death: record.died.as_ref().map(|d| (d.step, d.phase)),
+        measured_death: record.died().map(|d| (d.step, d.phase)),
         predicted_death: died.map(|d| (d.step, d.phase)),
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! recipe → ledger (per-call ops, burn's retention rules) → trace (a whole step as pool events)
 //! → pool (CubeCL's own `MemoryManagement`) → run (steps, seeds, the step it dies); conform holds
-//! the simulator to runs recorded on a GPU.
+//! the simulator to runs recorded on a GPU; decoder is a transformer's recipe, which only burn's
+//! own code (the dry run, the GPU) trains.
 
 pub mod conform;
+pub mod decoder;
 pub mod ffn;
 pub mod forensics;
 pub mod layout;

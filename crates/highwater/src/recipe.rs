@@ -273,6 +273,26 @@ impl Recipe {
             + self.rest.persistent_bytes
     }
 
+    /// A copy with another batch; refused when a tensor's bytes would overflow 64 bits or pass
+    /// [`crate::decoder::MAX_TENSOR_BYTES`] (so that absurd sizes are refused before any work).
+    pub fn with_batch(&self, batch: u64) -> Result<Recipe, String> {
+        let widest = batch
+            .checked_mul(self.seq_len)
+            .and_then(|n| n.checked_mul(self.gate_up_width()))
+            .and_then(|e| e.checked_mul(self.dtype.size()));
+        match widest {
+            _ if batch == 0 => Err("a batch of 0 sequences trains nothing".into()),
+            Some(bytes) if bytes <= crate::decoder::MAX_TENSOR_BYTES => Ok(Recipe {
+                batch,
+                ..self.clone()
+            }),
+            _ => Err(format!(
+                "batch {batch} makes the [N, gate_up] activation larger than {} bytes",
+                crate::decoder::MAX_TENSOR_BYTES
+            )),
+        }
+    }
+
     /// A copy with another activation / checkpointing (for side-by-side cells).
     pub fn with(&self, activation: Activation, checkpointing: Checkpointing) -> Recipe {
         Recipe {
@@ -406,7 +426,7 @@ impl Recipe {
 }
 
 /// 1-based line of byte offset `at` in `text`.
-fn line_of(text: &str, at: usize) -> usize {
+pub(crate) fn line_of(text: &str, at: usize) -> usize {
     text.as_bytes()[..at.min(text.len())]
         .iter()
         .filter(|&&b| b == b'\n')

@@ -26,6 +26,7 @@ use highwater::run::{Failure, RunReport};
 use highwater::trace::Phase;
 
 use crate::SOFT_CAP;
+use crate::decoder::DecoderStep;
 use crate::train::{
     PoolProbe, TrainBackend, Trainer, TrainingStep, WaveStep, client_usage, panic_message,
 };
@@ -138,6 +139,168 @@ pub fn dry_run(
         (Backend::Fusion, Checkpointing::Balanced) => wave::<FusedBalanced>,
     };
     run(recipe, plan, card, autotune)
+}
+
+/// Trains `decoder` (its batch, backend and checkpointing) on a new dry device of `card`.
+pub fn dry_decoder(
+    decoder: &highwater::decoder::Decoder,
+    plan: &DryPlan,
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+) -> Result<DryOutcome, AutotuneError> {
+    fn train<B: AutodiffBackend<Device = DryDevice>>(
+        decoder: &highwater::decoder::Decoder,
+        plan: &DryPlan,
+        card: Arc<CardProfile>,
+        autotune: Option<&Path>,
+    ) -> Result<DryOutcome, AutotuneError> {
+        dry_train::<B, _>(plan, card, autotune, |device| {
+            DecoderStep::new(decoder, device)
+        })
+    }
+    type CubeNone = Autodiff<DryCube, NoCheckpointing>;
+    type CubeBalanced = Autodiff<DryCube, BalancedCheckpointing>;
+    type FusedNone = Autodiff<DryFused, NoCheckpointing>;
+    type FusedBalanced = Autodiff<DryFused, BalancedCheckpointing>;
+    let run = match (decoder.backend, decoder.checkpointing) {
+        (Backend::Cube, Checkpointing::None) => train::<CubeNone>,
+        (Backend::Cube, Checkpointing::Balanced) => train::<CubeBalanced>,
+        (Backend::Fusion, Checkpointing::None) => train::<FusedNone>,
+        (Backend::Fusion, Checkpointing::Balanced) => train::<FusedBalanced>,
+    };
+    run(decoder, plan, card, autotune)
+}
+
+/// A model the dry run trains from its recipe file: a decoder, or the wave's expert stack.
+#[derive(Debug, Clone)]
+pub enum Model {
+    Decoder(highwater::decoder::Decoder),
+    Wave(Recipe),
+}
+
+impl Model {
+    /// Reads a recipe file's text: a decoder when it has a `[decoder]` table, else a wave
+    /// recipe.
+    pub fn parse(origin: &str, text: &str) -> Result<Model, highwater::RecipeError> {
+        if highwater::decoder::is_decoder(text) {
+            highwater::decoder::Decoder::parse(origin, text).map(Model::Decoder)
+        } else {
+            Recipe::parse(origin, text).map(Model::Wave)
+        }
+    }
+
+    pub fn batch(&self) -> u64 {
+        match self {
+            Model::Decoder(d) => d.batch,
+            Model::Wave(r) => r.batch,
+        }
+    }
+
+    /// The same model with another batch, or why not.
+    pub fn with_batch(&self, batch: u64) -> Result<Model, String> {
+        match self {
+            Model::Decoder(d) => d.with_batch(batch).map(Model::Decoder),
+            Model::Wave(r) => r.with_batch(batch).map(Model::Wave),
+        }
+    }
+
+    pub fn backend(&self) -> (Backend, Checkpointing) {
+        match self {
+            Model::Decoder(d) => (d.backend, d.checkpointing),
+            Model::Wave(r) => (r.backend, r.checkpointing),
+        }
+    }
+
+    /// The same model on another backend and checkpointing.
+    pub fn with_backend(&self, backend: Backend, checkpointing: Checkpointing) -> Model {
+        match self {
+            Model::Decoder(d) => Model::Decoder(highwater::decoder::Decoder {
+                backend,
+                checkpointing,
+                ..d.clone()
+            }),
+            Model::Wave(r) => {
+                let mut r = r.with(r.activation, checkpointing);
+                r.backend = backend;
+                Model::Wave(r)
+            }
+        }
+    }
+
+    /// Trains it dry.
+    pub fn dry_run(
+        &self,
+        plan: &DryPlan,
+        card: Arc<CardProfile>,
+        autotune: Option<&Path>,
+    ) -> Result<DryOutcome, AutotuneError> {
+        match self {
+            Model::Decoder(d) => dry_decoder(d, plan, card, autotune),
+            Model::Wave(r) => dry_run(r, plan, card, autotune),
+        }
+    }
+}
+
+/// What the search for the largest batch found.
+#[derive(Debug, Clone)]
+pub struct BatchSearch {
+    /// The largest batch whose steps all fit, and its run; `None` when not even the smallest
+    /// does.
+    pub largest: Option<(u64, DryOutcome)>,
+    /// The smallest batch that does not fit, and its run (where it dies); `None` when every
+    /// batch up to the limit fit.
+    pub smallest_failing: Option<(u64, DryOutcome)>,
+    /// Every batch tried, in order, and whether it fit.
+    pub tried: Vec<(u64, bool)>,
+}
+
+/// The largest batch in `1..=limit` whose run fits, by doubling from 1 and then bisecting, so
+/// about 2·log2 of the answer runs. Assumes what a step holds grows with the batch (true of
+/// every model whose tensors scale with it). `run(batch)` is a dry run that refuses pages.
+pub fn largest_batch<E>(
+    limit: u64,
+    mut run: impl FnMut(u64) -> Result<DryOutcome, E>,
+) -> Result<BatchSearch, E> {
+    let mut tried = Vec::new();
+    let mut probe = |batch: u64, tried: &mut Vec<(u64, bool)>| -> Result<_, E> {
+        let outcome = run(batch)?;
+        let fits = outcome.died.is_none();
+        tried.push((batch, fits));
+        Ok((fits, outcome))
+    };
+    let mut fitting: Option<(u64, DryOutcome)> = None;
+    let mut failing: Option<(u64, DryOutcome)> = None;
+    let mut batch = 1;
+    while batch <= limit {
+        let (fits, outcome) = probe(batch, &mut tried)?;
+        if !fits {
+            failing = Some((batch, outcome));
+            break;
+        }
+        fitting = Some((batch, outcome));
+        batch = if batch == limit {
+            limit + 1
+        } else {
+            (batch * 2).min(limit)
+        };
+    }
+    while let (Some((lo, _)), Some((hi, _))) = (&fitting, &failing) {
+        if hi - lo <= 1 {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2;
+        let (fits, outcome) = probe(mid, &mut tried)?;
+        if fits {
+            fitting = Some((mid, outcome));
+        } else {
+            failing = Some((mid, outcome));
+        }
+    }
+    Ok(BatchSearch {
+        largest: fitting,
+        smallest_failing: failing,
+        tried,
+    })
 }
 
 /// Runs the training step that `build` makes, on a new dry device of `card`: the library call

@@ -24,6 +24,7 @@
 //! pool figures on a CPU.
 
 pub mod counters;
+pub mod decoder;
 mod expert;
 mod fused;
 pub mod reference;

@@ -15,7 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
-use highwater::conform::{DeviceMemory, MeasuredDeath, MeasuredStep, RerunRecord};
+use highwater::conform::{DecoderRecord, DeviceMemory, MeasuredDeath, MeasuredStep, RerunRecord};
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
 use highwater::trace::Phase;
@@ -23,8 +23,10 @@ use highwater::trace::Phase;
 use crate::SOFT_CAP;
 use crate::counters::SituCounts;
 use crate::gpu::{Cube, CudaDevice, CudaRuntime};
+use crate::decoder::DecoderStep;
 use crate::train::{
-    PoolProbe, TrainBackend, Trainer, WaveStep, client_usage, panic_message, payload_text,
+    PoolProbe, TrainBackend, Trainer, TrainingStep, WaveStep, client_usage, panic_message,
+    payload_text,
 };
 
 /// burn-cuda's default backend: `Fusion<CubeBackend<CudaRuntime, f32, i32, u8>>`.
@@ -72,15 +74,29 @@ pub fn rerun(
     observer: &mut dyn Observer,
 ) -> Result<RerunRecord, RerunError> {
     let r = &plan.recipe;
+    fn wave<B: TrainBackend<Device = CudaDevice>>(
+        plan: &RerunPlan,
+        observer: &mut dyn Observer,
+    ) -> Result<Outcome, RerunError> {
+        let run = Run {
+            cap: plan.cap,
+            steps: plan.steps,
+            seed: plan.seed,
+            log_every: plan.log_every,
+        };
+        run_on::<B, _>(&run, observer, |device| {
+            WaveStep::new(&plan.recipe, plan.seed, SOFT_CAP, device)
+        })
+    }
     type CubeNone = Autodiff<Cube, NoCheckpointing>;
     type CubeBalanced = Autodiff<Cube, BalancedCheckpointing>;
     type FusedNone = Autodiff<Fused, NoCheckpointing>;
     type FusedBalanced = Autodiff<Fused, BalancedCheckpointing>;
     let run = match (r.backend, r.checkpointing) {
-        (Backend::Cube, Checkpointing::None) => run_on::<CubeNone>,
-        (Backend::Cube, Checkpointing::Balanced) => run_on::<CubeBalanced>,
-        (Backend::Fusion, Checkpointing::None) => run_on::<FusedNone>,
-        (Backend::Fusion, Checkpointing::Balanced) => run_on::<FusedBalanced>,
+        (Backend::Cube, Checkpointing::None) => wave::<CubeNone>,
+        (Backend::Cube, Checkpointing::Balanced) => wave::<CubeBalanced>,
+        (Backend::Fusion, Checkpointing::None) => wave::<FusedNone>,
+        (Backend::Fusion, Checkpointing::Balanced) => wave::<FusedBalanced>,
     };
     let (device, steps, died) = run(plan, observer)?;
     Ok(RerunRecord {
@@ -99,12 +115,87 @@ pub fn rerun(
     })
 }
 
+/// A decoder to train on the GPU.
+#[derive(Debug, Clone)]
+pub struct DecoderPlan {
+    /// As given on the command line, and the file's text.
+    pub decoder_path: String,
+    pub decoder_toml: String,
+    /// Parsed, overrides applied (batch, backend, checkpointing, steps, seed).
+    pub decoder: highwater::decoder::Decoder,
+    /// Emulate a card that leaves the process this many bytes.
+    pub cap: Option<u64>,
+    pub log_every: u64,
+}
+
+/// Trains `plan`'s decoder on GPU 0 and returns its record, headed by `provenance`.
+pub fn rerun_decoder(
+    plan: &DecoderPlan,
+    provenance: highwater::conform::Provenance,
+    observer: &mut dyn Observer,
+) -> Result<DecoderRecord, RerunError> {
+    let d = &plan.decoder;
+    fn train<B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>>(
+        plan: &DecoderPlan,
+        observer: &mut dyn Observer,
+    ) -> Result<Outcome, RerunError> {
+        let run = Run {
+            cap: plan.cap,
+            steps: plan.decoder.steps,
+            seed: plan.decoder.seed,
+            log_every: plan.log_every,
+        };
+        run_on::<B, _>(&run, observer, |device| {
+            DecoderStep::new(&plan.decoder, device)
+        })
+    }
+    type CubeNone = Autodiff<Cube, NoCheckpointing>;
+    type CubeBalanced = Autodiff<Cube, BalancedCheckpointing>;
+    type FusedNone = Autodiff<Fused, NoCheckpointing>;
+    type FusedBalanced = Autodiff<Fused, BalancedCheckpointing>;
+    let run = match (d.backend, d.checkpointing) {
+        (Backend::Cube, Checkpointing::None) => train::<CubeNone>,
+        (Backend::Cube, Checkpointing::Balanced) => train::<CubeBalanced>,
+        (Backend::Fusion, Checkpointing::None) => train::<FusedNone>,
+        (Backend::Fusion, Checkpointing::Balanced) => train::<FusedBalanced>,
+    };
+    let (device, steps, died) = run(plan, observer)?;
+    Ok(DecoderRecord {
+        provenance,
+        decoder_path: plan.decoder_path.clone(),
+        decoder_toml: plan.decoder_toml.clone(),
+        backend: d.backend,
+        checkpointing: d.checkpointing,
+        batch: d.batch,
+        steps_asked: d.steps,
+        seed: d.seed,
+        device,
+        steps,
+        died,
+    })
+}
+
 type Outcome = (DeviceMemory, Vec<MeasuredStep>, Option<MeasuredDeath>);
 
-fn run_on<B: TrainBackend<Device = CudaDevice>>(
-    plan: &RerunPlan,
+/// How long to train, on how much of the card.
+struct Run {
+    cap: Option<u64>,
+    steps: u64,
+    seed: u64,
+    log_every: u64,
+}
+
+/// Trains the step `build` makes on GPU 0 (the backend seeded first), reading the pool after
+/// every phase, until `run.steps` or the first refused page.
+fn run_on<B, S>(
+    run: &Run,
     observer: &mut dyn Observer,
-) -> Result<Outcome, RerunError> {
+    build: impl FnOnce(&CudaDevice) -> S,
+) -> Result<Outcome, RerunError>
+where
+    B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>,
+    S: TrainingStep<B>,
+{
     watch_allocation_failures();
     let device = CudaDevice::default();
     let probe = CudaProbe::<B> {
@@ -115,17 +206,13 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
     probe
         .usage()
         .map_err(|e| RerunError::Driver(format!("first pool read: {e}")))?;
-    let (memory, _ballast) = hold_back(plan.cap)?;
+    let (memory, _ballast) = hold_back(run.cap)?;
     observer.started(&memory);
     let mut steps = vec![];
-    let created = catch_unwind(|| {
-        Trainer::new(WaveStep::<B>::new(
-            &plan.recipe,
-            plan.seed,
-            SOFT_CAP,
-            &device,
-        ))
-    });
+    let created = catch_unwind(AssertUnwindSafe(|| {
+        B::seed(&device, run.seed);
+        Trainer::<B, S>::new(build(&device))
+    }));
     let mut trainer = match created {
         Ok(t) => t,
         Err(panic) => {
@@ -140,8 +227,8 @@ fn run_on<B: TrainBackend<Device = CudaDevice>>(
         }
     };
     let mut died = None;
-    for step in 1..=plan.steps {
-        let read_loss = step.is_multiple_of(plan.log_every) || step == plan.steps;
+    for step in 1..=run.steps {
+        let read_loss = step.is_multiple_of(run.log_every) || step == run.steps;
         let result = catch_unwind(AssertUnwindSafe(|| trainer.step(&probe, read_loss)));
         let mut outcome = result.unwrap_or_else(|panic| {
             Err(MeasuredDeath {

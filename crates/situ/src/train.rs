@@ -71,11 +71,13 @@ pub(crate) fn client_usage<R: cubecl::Runtime>(
 }
 
 /// A caught panic's message (`panic!` with a literal or with a format).
+#[cfg(feature = "dry")]
 pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     payload_text(panic.as_ref()).unwrap_or_else(|| "panic without a message".into())
 }
 
 /// A panic payload's text, if it has one.
+#[cfg(feature = "dry")]
 pub(crate) fn payload_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
     payload
         .downcast_ref::<String>()

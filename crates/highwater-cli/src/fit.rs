@@ -1,0 +1,219 @@
+//! `highwater fit MODEL`: will it fit? The model trained dry (burn's own code over the dry
+//! CubeCL runtime) on a card of the size asked.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow};
+use dryrun::{CardProfile, OnRefusal};
+use highwater::RunReport;
+use highwater::recipe::written_name;
+use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
+
+use crate::args::{CardArg, FitArgs};
+use crate::commands::size;
+use crate::conform::quietly;
+use crate::table::{Align, render};
+
+/// The largest batch the search tries.
+const BATCH_LIMIT: u64 = 1 << 20;
+
+pub fn fit(a: FitArgs) -> Result<()> {
+    let origin = a.model.display().to_string();
+    let text =
+        std::fs::read_to_string(&a.model).with_context(|| format!("cannot read model {origin}"))?;
+    let mut model = Model::parse(&origin, &text).map_err(|e| {
+        let quoted = text
+            .lines()
+            .nth(e.line().saturating_sub(1))
+            .map(|l| format!(" (line {}: `{}`)", e.line(), l.trim()))
+            .unwrap_or_default();
+        anyhow!(e).context(format!("invalid model {origin}{quoted}"))
+    })?;
+    let (backend, checkpointing) = model.backend();
+    model = model.with_backend(
+        a.backend.map_or(backend, Into::into),
+        a.checkpointing.map_or(checkpointing, Into::into),
+    );
+    if let Some(batch) = a.batch {
+        model = model.with_batch(batch).map_err(anyhow::Error::msg)?;
+    }
+    let card = Arc::new(card(&a.card, &a.chip)?);
+    let plan = DryPlan {
+        steps: a.steps,
+        seed: 1,
+        capacity: card.free_at_start,
+        on_refusal: OnRefusal::Refuse,
+        log_every: a.steps,
+    };
+    let autotune = Some(a.autotune.as_path()).filter(|p| p.exists());
+    crate::conform::quiet_device_threads();
+    let (backend, checkpointing) = model.backend();
+    let header = format!(
+        "{origin} | {} | checkpointing {} | dry on {} ({} for the pools) | {} steps",
+        written_name(&backend),
+        written_name(&checkpointing),
+        card.gpu,
+        size(card.free_at_start),
+        a.steps
+    );
+    if a.largest_batch {
+        let search = situ::dry::largest_batch(BATCH_LIMIT, |batch| {
+            let m = model.with_batch(batch).map_err(anyhow::Error::msg)?;
+            Ok::<_, anyhow::Error>(quietly(|| m.dry_run(&plan, card.clone(), autotune))?)
+        })?;
+        if a.json {
+            println!("{}", search_json(&origin, &plan, &search));
+        } else {
+            println!("{header}\n{}", search_text(&search));
+        }
+    } else {
+        let outcome = quietly(|| model.dry_run(&plan, card.clone(), autotune))?;
+        let report = outcome.report(&origin, &plan);
+        if a.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            println!("{header} | batch {}", model.batch());
+            if !report.reserved.is_empty() {
+                println!("{}", steps_table(&report));
+            }
+            println!("{}", verdict(&outcome, &report));
+            if let Some(line) = misses(&outcome) {
+                println!("{line}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How many problems the GPU's cache lacked, per tuner (`--json` lists them all).
+fn misses(outcome: &DryOutcome) -> Option<String> {
+    let mut per_tuner = std::collections::BTreeMap::<&str, usize>::new();
+    for m in &outcome.autotune_misses {
+        *per_tuner.entry(m.tuner.as_str()).or_default() += 1;
+    }
+    (!per_tuner.is_empty()).then(|| {
+        let counts: Vec<String> = per_tuner.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        format!(
+            "autotune: {} problems not in the GPU's cache, tuned dry ({}); the dry device keeps \
+             the first candidate that launches, which need not be the GPU's kernel",
+            outcome.autotune_misses.len(),
+            counts.join(", ")
+        )
+    })
+}
+
+/// The card: a profile as it is, or the chip's profile with the memory asked.
+fn card(arg: &CardArg, chip: &Path) -> Result<CardProfile> {
+    Ok(match arg {
+        CardArg::Profile(path) => CardProfile::read(path)?,
+        CardArg::Bytes(bytes) => CardProfile::read(chip)?.with_memory(*bytes),
+    })
+}
+
+fn steps_table(r: &RunReport) -> String {
+    let rows: Vec<Vec<String>> = (0..r.reserved.len())
+        .map(|i| {
+            vec![
+                (i + 1).to_string(),
+                size(r.in_use_after_forward[i]),
+                size(r.in_use_after_backward[i]),
+                size(r.peak_in_use[i]),
+                size(r.reserved[i]),
+                r.pages[i].to_string(),
+            ]
+        })
+        .collect();
+    render(
+        &[
+            ("step", Align::Right),
+            ("in use after fwd", Align::Right),
+            ("after bwd", Align::Right),
+            ("peak in use", Align::Right),
+            ("reserved", Align::Right),
+            ("pages", Align::Right),
+        ],
+        &rows,
+    )
+}
+
+/// Fits, or where it dies and on which pages.
+fn verdict(outcome: &DryOutcome, report: &RunReport) -> String {
+    match &outcome.died {
+        None => format!(
+            "fits: at most {} reserved of the {} the pools may take",
+            size(report.reserved.iter().copied().max().unwrap_or(0)),
+            size(report.capacity)
+        ),
+        Some(d) if d.failed_pages.is_empty() => format!(
+            "dies in step {} ({}): {}",
+            d.step,
+            written_name(&d.phase),
+            d.message.lines().next().unwrap_or_default()
+        ),
+        Some(d) => format!(
+            "dies in step {} ({}): the card refused {} page(s) of {} (then: {})",
+            d.step,
+            written_name(&d.phase),
+            d.failed_pages.len(),
+            d.failed_pages
+                .iter()
+                .map(|&p| size(p))
+                .collect::<Vec<_>>()
+                .join(", "),
+            d.message.lines().next().unwrap_or_default()
+        ),
+    }
+}
+
+fn search_text(s: &BatchSearch) -> String {
+    let tried = s
+        .tried
+        .iter()
+        .map(|(b, fits)| format!("{b} {}", if *fits { "fits" } else { "dies" }))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let largest = match &s.largest {
+        Some((batch, o)) => format!(
+            "largest batch that fits: {batch} (at most {} reserved, {} in use at the peak)",
+            size(o.steps.iter().map(|m| m.reserved).max().unwrap_or(0)),
+            size(o.peak_in_use.iter().copied().max().unwrap_or(0)),
+        ),
+        None => "not even a batch of 1 fits".into(),
+    };
+    let above = match &s.smallest_failing {
+        Some((batch, o)) => match &o.died {
+            Some(d) => format!(
+                "batch {batch} dies in step {} ({}), refused a page of {}",
+                d.step,
+                written_name(&d.phase),
+                d.failed_pages.first().map_or("–".into(), |&p| size(p))
+            ),
+            None => format!("batch {batch} dies"),
+        },
+        None => format!("every batch up to {BATCH_LIMIT} fits"),
+    };
+    format!("tried: {tried}\n{largest}\n{above}")
+}
+
+fn search_json(origin: &str, plan: &DryPlan, s: &BatchSearch) -> serde_json::Value {
+    let death = |o: &DryOutcome| {
+        o.died.as_ref().map(|d| {
+            serde_json::json!({
+                "step": d.step,
+                "phase": d.phase,
+                "message": d.message,
+                "failed_pages": d.failed_pages,
+            })
+        })
+    };
+    serde_json::json!({
+        "model": origin,
+        "capacity": plan.capacity,
+        "tried": s.tried,
+        "largest_batch": s.largest.as_ref().map(|(b, _)| b),
+        "largest_report": s.largest.as_ref().map(|(_, o)| o.report(origin, plan)),
+        "smallest_failing_batch": s.smallest_failing.as_ref().map(|(b, _)| b),
+        "death_above": s.smallest_failing.as_ref().and_then(|(_, o)| death(o)),
+    })
+}
