@@ -163,7 +163,9 @@ pub enum CardArg {
 /// `16GiB`, `16 GiB`, `80GB`, `512MiB`, `24000000000` (bytes); anything else is a path.
 fn parse_card(s: &str) -> Result<CardArg, String> {
     let t = s.trim();
-    let digits = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let digits = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     if digits == 0 {
         return Ok(CardArg::Profile(PathBuf::from(s)));
     }
@@ -179,7 +181,11 @@ fn parse_card(s: &str) -> Result<CardArg, String> {
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
         _ if t.ends_with(".json") => return Ok(CardArg::Profile(PathBuf::from(s))),
-        other => return Err(format!("`{other}` is not a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+        other => {
+            return Err(format!(
+                "`{other}` is not a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ));
+        }
     };
     let value: f64 = number
         .parse()
@@ -371,8 +377,16 @@ mod tests {
             parse_card("repro/cards/h200.json"),
             Ok(CardArg::Profile("repro/cards/h200.json".into()))
         );
-        assert!(parse_card("16 furlongs").unwrap_err().contains("not a unit"));
-        assert!(parse_card("99999999TiB").unwrap_err().contains("not a card"));
+        assert!(
+            parse_card("16 furlongs")
+                .unwrap_err()
+                .contains("not a unit")
+        );
+        assert!(
+            parse_card("99999999TiB")
+                .unwrap_err()
+                .contains("not a card")
+        );
         assert!(parse_card("0GiB").is_err());
     }
 

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use highwater::conform::{
-    Compared, Conformance, Exactness, KnownMiss, RerunRecord, conform as check, parse_known_misses,
+    Compared, Conformance, DecoderRecord, Exactness, KnownMiss, RerunRecord, conform as check,
+    parse_known_misses,
 };
 
 use crate::args::ConformArgs;
@@ -15,7 +16,11 @@ use crate::table::{Align, render};
 const KNOWN_MISSES: &str = "conform-known-misses.toml";
 
 pub fn conform(a: ConformArgs) -> Result<()> {
-    let files = records_in(&a.dir)?;
+    let mut files = records_in(&a.dir, "rerun-")?;
+    if a.dry {
+        // Decoders have no simulator to be held to: only the dry run replays them.
+        files.extend(records_in(&a.dir, "decoder-")?);
+    }
     if files.is_empty() {
         bail!("{} holds no rerun-*.json", a.dir.display());
     }
@@ -32,7 +37,7 @@ pub fn conform(a: ConformArgs) -> Result<()> {
     let mut results = vec![];
     let mut notes = vec![];
     for path in &files {
-        let record = read_record(path)?;
+        let record: RerunRecord = read_record(path)?;
         if let Ok(now) = std::fs::read_to_string(&record.recipe_path)
             && now != record.recipe_toml
         {
@@ -94,16 +99,27 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     quiet_device_threads();
     let repeat_dirs = repeat_dirs(&a.dir.join(REPEATS))?;
     let replay = |path: &PathBuf| -> Result<(situ::dry::DryOutcome, Exactness)> {
-        let record = read_record(path)?;
-        let mut repeats = vec![];
-        for dir in &repeat_dirs {
-            let repeat = dir.join(path.file_name().unwrap_or_default());
-            if repeat.exists() {
-                repeats.push(read_record(&repeat)?);
-            }
-        }
-        situ::dry::replay(&record, &repeats, card.clone(), Some(&a.autotune))
-            .with_context(|| format!("cannot replay {}", path.display()))
+        let repeats = repeat_dirs
+            .iter()
+            .map(|dir| dir.join(path.file_name().unwrap_or_default()))
+            .filter(|repeat| repeat.exists());
+        let is_decoder = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("decoder-"));
+        let replayed = if is_decoder {
+            let record: DecoderRecord = read_record(path)?;
+            let repeats: Vec<DecoderRecord> =
+                repeats.map(|r| read_record(&r)).collect::<Result<_>>()?;
+            quietly(|| {
+                situ::dry::replay_decoder(&record, &repeats, card.clone(), Some(&a.autotune))
+            })
+        } else {
+            let record: RerunRecord = read_record(path)?;
+            let repeats: Vec<RerunRecord> =
+                repeats.map(|r| read_record(&r)).collect::<Result<_>>()?;
+            quietly(|| situ::dry::replay(&record, &repeats, card.clone(), Some(&a.autotune)))
+        };
+        replayed.with_context(|| format!("cannot replay {}", path.display()))
     };
     // One dry device per replay, one chunk of the records per core, results in file order.
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -188,10 +204,10 @@ fn repeat_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(dirs)
 }
 
-fn read_record(path: &Path) -> Result<RerunRecord> {
+fn read_record<R: serde::de::DeserializeOwned>(path: &Path) -> Result<R> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not a rerun record", path.display()))
+    serde_json::from_str(&text).with_context(|| format!("{} is not a GPU record", path.display()))
 }
 
 fn dry_table(results: &[(situ::dry::DryOutcome, Exactness)]) -> String {
@@ -242,14 +258,15 @@ fn dry_table(results: &[(situ::dry::DryOutcome, Exactness)]) -> String {
 }
 
 /// `rerun-*.json` in `dir`, sorted by name.
-fn records_in(dir: &Path) -> Result<Vec<PathBuf>> {
+/// The records in `dir` whose names start with `prefix` (`rerun-`, `decoder-`), sorted.
+fn records_in(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read directory {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("rerun-") && n.ends_with(".json"))
+                .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".json"))
         })
         .collect();
     files.sort();

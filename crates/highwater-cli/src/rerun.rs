@@ -1,12 +1,15 @@
-//! `highwater rerun` (feature `cuda`): the recipe on a real GPU, a trainer's log on stdout, the
-//! record in `--out`.
+//! `highwater rerun` (feature `cuda`): the recipe, or a decoder, on a real GPU, a trainer's log
+//! on stdout, the record in `--out`.
 
 use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
 use highwater::conform::{DeviceMemory, MeasuredDeath, MeasuredStep};
+use highwater::decoder::Decoder;
 use indicatif::{ProgressBar, ProgressStyle};
-use situ::rerun::{Observer, RerunPlan, rerun as run};
+use situ::rerun::{
+    DecoderPlan, Observer, RerunPlan, rerun as run, rerun_decoder as rerun_decoder_on_gpu,
+};
 
 use highwater::recipe::written_name;
 
@@ -14,7 +17,10 @@ use crate::args::{CapArg, RerunArgs};
 use crate::commands::{read_recipe, size};
 
 pub fn rerun(a: RerunArgs) -> Result<()> {
-    let (mut recipe, recipe_toml) = read_recipe(&a.recipe)?;
+    let Some(recipe_path) = a.recipe.clone() else {
+        return rerun_decoder(a);
+    };
+    let (mut recipe, recipe_toml) = read_recipe(&recipe_path)?;
     let cap = a.cap.map(|c| match c {
         CapArg::Bytes(b) => b,
         CapArg::RecipeCard => recipe.card.total_bytes - recipe.card.desktop_bytes,
@@ -25,7 +31,7 @@ pub fn rerun(a: RerunArgs) -> Result<()> {
     );
     recipe.backend = a.backend.map_or(recipe.backend, Into::into);
     let plan = RerunPlan {
-        recipe_path: a.recipe.display().to_string(),
+        recipe_path: recipe_path.display().to_string(),
         recipe_toml,
         recipe,
         steps: a.steps,
@@ -33,20 +39,7 @@ pub fn rerun(a: RerunArgs) -> Result<()> {
         cap,
         log_every: a.log_every,
     };
-    let provenance = situ::provenance::collect(
-        "cargo build --release --locked -p highwater-cli --features cuda",
-    );
-    println!("$ {}", provenance.command);
-    println!(
-        "{} | driver {} | CUDA {} | burn {} cubecl {} | rev {} | {}",
-        provenance.gpu,
-        provenance.driver,
-        provenance.cuda,
-        provenance.versions.burn,
-        provenance.versions.cubecl,
-        provenance.git_revision,
-        provenance.date
-    );
+    let provenance = provenance();
     let r = &plan.recipe;
     println!(
         "model: {} experts x {} iterations, batch {} x seq {}, d_model {}, d_ffn {} | \
@@ -62,14 +55,7 @@ pub fn rerun(a: RerunArgs) -> Result<()> {
         written_name(&r.backend),
         written_name(&r.optimizer),
     );
-    let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new(a.steps).with_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} steps {msg}")
-                .expect("a valid template"),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = bar(a.steps);
     let mut log = Log {
         bar: &bar,
         steps: a.steps,
@@ -78,10 +64,99 @@ pub fn rerun(a: RerunArgs) -> Result<()> {
     let record = run(&plan, provenance, &mut log).context("the rerun could not start")?;
     bar.finish_and_clear();
     println!("eval: {}", record.counters);
-    std::fs::create_dir_all(&a.out)
-        .with_context(|| format!("cannot create {}", a.out.display()))?;
-    let path = a.out.join(format!("{}.json", record.name()));
-    let json = serde_json::to_string_pretty(&record)?;
+    write(&a.out, &record.name(), &record)
+}
+
+/// `rerun --decoder`: the decoder trained on the GPU.
+fn rerun_decoder(a: RerunArgs) -> Result<()> {
+    let path = a.decoder.clone().context("--recipe or --decoder")?;
+    let origin = path.display().to_string();
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read decoder {origin}"))?;
+    let mut decoder = Decoder::parse(&origin, &text)
+        .map_err(|e| anyhow::anyhow!(e).context(format!("invalid decoder {origin}")))?;
+    if let Some(batch) = a.batch {
+        decoder = decoder.with_batch(batch).map_err(anyhow::Error::msg)?;
+    }
+    decoder.backend = a.backend.map_or(decoder.backend, Into::into);
+    decoder.checkpointing = a.checkpointing.map_or(decoder.checkpointing, Into::into);
+    decoder.steps = a.steps;
+    decoder.seed = a.seed;
+    let cap = a.cap.map(|c| match c {
+        CapArg::Bytes(b) => Ok(b),
+        CapArg::RecipeCard => Err(anyhow::anyhow!(
+            "a decoder has no card of its own: --cap BYTES"
+        )),
+    });
+    let plan = DecoderPlan {
+        decoder_path: origin,
+        decoder_toml: text,
+        decoder,
+        cap: cap.transpose()?,
+        log_every: a.log_every,
+    };
+    let provenance = provenance();
+    let d = &plan.decoder;
+    println!(
+        "decoder: {} layers, d_model {}, {} heads, d_ff {}, vocab {}, batch {} x seq {} | \
+         checkpointing: {} | backend: {} | optimizer: adam",
+        d.n_layers,
+        d.d_model,
+        d.n_heads,
+        d.d_ff,
+        d.vocab,
+        d.batch,
+        d.seq_len,
+        written_name(&d.checkpointing),
+        written_name(&d.backend),
+    );
+    let bar = bar(a.steps);
+    let mut log = Log {
+        bar: &bar,
+        steps: a.steps,
+        every: a.log_every,
+    };
+    let record =
+        rerun_decoder_on_gpu(&plan, provenance, &mut log).context("the rerun could not start")?;
+    bar.finish_and_clear();
+    write(&a.out, &record.name(), &record)
+}
+
+/// Where the binary came from, printed as the log's first lines.
+fn provenance() -> highwater::conform::Provenance {
+    let provenance = situ::provenance::collect(
+        "cargo build --release --locked -p highwater-cli --features cuda",
+    );
+    println!("$ {}", provenance.command);
+    println!(
+        "{} | driver {} | CUDA {} | burn {} cubecl {} | rev {} | {}",
+        provenance.gpu,
+        provenance.driver,
+        provenance.cuda,
+        provenance.versions.burn,
+        provenance.versions.cubecl,
+        provenance.git_revision,
+        provenance.date
+    );
+    provenance
+}
+
+fn bar(steps: u64) -> ProgressBar {
+    if std::io::stderr().is_terminal() {
+        ProgressBar::new(steps).with_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} steps {msg}")
+                .expect("a valid template"),
+        )
+    } else {
+        ProgressBar::hidden()
+    }
+}
+
+/// Writes `OUT/<name>.json`.
+fn write(out: &std::path::Path, name: &str, record: &impl serde::Serialize) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let path = out.join(format!("{name}.json"));
+    let json = serde_json::to_string_pretty(record)?;
     std::fs::write(&path, json + "\n")
         .with_context(|| format!("cannot write {}", path.display()))?;
     println!("wrote {}", path.display());

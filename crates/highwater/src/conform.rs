@@ -204,12 +204,13 @@ impl DecoderRecord {
         d.checkpointing = self.checkpointing;
         d.steps = self.steps_asked;
         d.seed = self.seed;
-        d.with_batch(self.batch).map_err(|reason| RecipeError::Invalid {
-            origin: self.decoder_path.clone(),
-            line: 1,
-            field: "decoder.batch",
-            reason,
-        })
+        d.with_batch(self.batch)
+            .map_err(|reason| RecipeError::Invalid {
+                origin: self.decoder_path.clone(),
+                line: 1,
+                field: "decoder.batch",
+                reason,
+            })
     }
 }
 

@@ -19,7 +19,9 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
 use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, OnRefusal, OutOfMemory, Tuned};
-use highwater::conform::{Exactness, MeasuredDeath, MeasuredStep, RerunRecord, exactness};
+use highwater::conform::{
+    DecoderRecord, Exactness, MeasuredDeath, MeasuredStep, RerunRecord, exactness,
+};
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
 use highwater::run::{Failure, RunReport};
@@ -493,19 +495,58 @@ pub enum ReplayError {
 /// What replays a run recorded by `highwater rerun`: its recipe with the run's overrides, and
 /// its steps, seed, what its pools could take, its loss reads.
 pub fn plan_for(record: &RerunRecord) -> Result<(Recipe, DryPlan), ReplayError> {
-    let log_every = record
-        .steps
+    let plan = recorded_plan(
+        &record.steps,
+        record.steps_asked,
+        record.seed,
+        &record.device,
+    );
+    Ok((record.recipe()?, plan))
+}
+
+/// The plan of a recorded run: its steps and seed, its pools' capacity, its loss reads (the
+/// first step that read its loss before the last gives the period).
+fn recorded_plan(
+    steps: &[MeasuredStep],
+    steps_asked: u64,
+    seed: u64,
+    device: &highwater::conform::DeviceMemory,
+) -> DryPlan {
+    let log_every = steps
         .iter()
-        .find(|s| s.loss.is_some() && s.step < record.steps_asked)
-        .map_or(record.steps_asked.max(1), |s| s.step);
-    let plan = DryPlan {
-        steps: record.steps_asked,
-        seed: record.seed,
-        capacity: record.device.pool_capacity,
+        .find(|s| s.loss.is_some() && s.step < steps_asked)
+        .map_or(steps_asked.max(1), |s| s.step);
+    DryPlan {
+        steps: steps_asked,
+        seed,
+        capacity: device.pool_capacity,
         on_refusal: OnRefusal::Refuse,
         log_every,
-    };
-    Ok((record.recipe()?, plan))
+    }
+}
+
+/// [`replay`] for a decoder recorded by `highwater rerun --decoder`.
+pub fn replay_decoder(
+    record: &DecoderRecord,
+    repeats: &[DecoderRecord],
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+) -> Result<(DryOutcome, Exactness), ReplayError> {
+    if card.total_bytes != record.device.total_bytes {
+        return Err(ReplayError::OtherCard {
+            recorded: record.device.total_bytes,
+            profile: card.total_bytes,
+        });
+    }
+    let plan = recorded_plan(
+        &record.steps,
+        record.steps_asked,
+        record.seed,
+        &record.device,
+    );
+    let outcome = dry_decoder(&record.decoder()?, &plan, card, autotune)?;
+    let exactness = exactness(record, repeats, &outcome.steps, outcome.died.as_ref());
+    Ok((outcome, exactness))
 }
 
 /// Replays `record` dry on `card` and holds it to the record, byte for byte, or within what

@@ -22,8 +22,8 @@ use highwater::trace::Phase;
 
 use crate::SOFT_CAP;
 use crate::counters::SituCounts;
-use crate::gpu::{Cube, CudaDevice, CudaRuntime};
 use crate::decoder::DecoderStep;
+use crate::gpu::{Cube, CudaDevice, CudaRuntime};
 use crate::train::{
     PoolProbe, TrainBackend, Trainer, TrainingStep, WaveStep, client_usage, panic_message,
     payload_text,
