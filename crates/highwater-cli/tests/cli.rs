@@ -317,3 +317,74 @@ fn conform_dry_replays_every_recorded_gpu_run_to_the_byte() {
         serde_json::json!([1, "forward"])
     );
 }
+
+/// Will it fit? The decoder on a 16 GiB card: per-step pool figures from burn's own code, dry.
+#[test]
+fn fit_prints_each_steps_pool_and_the_verdict() {
+    let args = [
+        "fit",
+        "repro/models/decoder.toml",
+        "--card",
+        "16GiB",
+        "--backend",
+        "cube",
+        "--steps",
+        "3",
+    ];
+    let out = ok_snapshot("fit-decoder-16gib", &args);
+    assert!(text(&out.stdout).contains("\nfits: at most "), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).is_empty(), "expected deaths stay quiet");
+}
+
+/// The search for the largest batch: every batch up to it fits, the next one dies, and says
+/// where; the JSON carries the fitting batch's per-step report (the simulator's report type).
+#[test]
+fn fit_finds_the_largest_batch_and_where_the_next_one_dies() {
+    let out = highwater(&[
+        "fit",
+        "repro/recipes/wave-stack.toml",
+        "--card",
+        "4GiB",
+        "--steps",
+        "2",
+        "--largest-batch",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).expect("one JSON object");
+    let largest = v["largest_batch"].as_u64().expect("a batch fits");
+    assert_eq!(v["smallest_failing_batch"].as_u64(), Some(largest + 1));
+    for t in v["tried"].as_array().unwrap() {
+        let (batch, fits) = (t[0].as_u64().unwrap(), t[1].as_bool().unwrap());
+        assert_eq!(fits, batch <= largest, "{t}");
+    }
+    let report = &v["largest_report"];
+    assert_eq!(report["died_at"], Value::Null);
+    assert_eq!(report["reserved"].as_array().map(Vec::len), Some(2));
+    let capacity = v["capacity"].as_u64().unwrap();
+    assert!(report["reserved"][1].as_u64().unwrap() <= capacity);
+    assert!(v["death_above"]["failed_pages"][0].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn fit_refuses_bad_input_before_any_work() {
+    let out = highwater(&["fit", "repro/models/decoder.toml", "--card", "16 furlongs"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a unit"), "{}", text(&out.stderr));
+
+    let out = highwater(&["fit", "repro/models/decoder.toml", "--batch", "18446744073709551615"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("larger than"), "{}", text(&out.stderr));
+
+    let out = highwater(&["fit", "crates/highwater/tests/fixtures/bad-zero-batch.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("bad-zero-batch.toml:2: `model.batch` must be at least 1"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = highwater(&["fit", "repro/models/decoder.toml", "--card", "no/such/card.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("no/such/card.json"), "{}", text(&out.stderr));
+}

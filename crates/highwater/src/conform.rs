@@ -318,6 +318,40 @@ pub fn parse_known_misses(origin: &str, text: &str) -> Result<Vec<KnownMiss>, St
         .map_err(|e| format!("{origin}: {e}"))
 }
 
+/// A recorded run whose dry replay is known to differ from the GPU beyond the GPU's own
+/// spread, in which figures, and why (`conform-dry-known.toml`). Its other figures, how many
+/// steps it completed and how it ended must still match.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnownDryDifference {
+    /// The record's name (without `.json`).
+    pub run: String,
+    /// `in_use_after_forward`, `in_use_after_backward` or `reserved`.
+    pub figures: Vec<String>,
+    pub reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KnownDryFile {
+    #[serde(default)]
+    difference: Vec<KnownDryDifference>,
+}
+
+/// Parses a known-dry-differences file; `origin` names it in errors (an unknown figure too).
+pub fn parse_known_dry(origin: &str, text: &str) -> Result<Vec<KnownDryDifference>, String> {
+    let known = toml::from_str::<KnownDryFile>(text)
+        .map(|f| f.difference)
+        .map_err(|e| format!("{origin}: {e}"))?;
+    const FIGURES: [&str; 3] = ["in_use_after_forward", "in_use_after_backward", "reserved"];
+    for k in &known {
+        if let Some(f) = k.figures.iter().find(|f| !FIGURES.contains(&f.as_str())) {
+            return Err(format!("{origin}: run {}: `{f}` is not a figure ({FIGURES:?})", k.run));
+        }
+    }
+    Ok(known)
+}
+
 /// Simulates `record`'s recipe as the recorded card had it and compares, step by step, over
 /// the steps both arms completed.
 pub fn conform(record: &RerunRecord) -> Result<Conformance, ConformError> {
@@ -408,8 +442,14 @@ impl Exactness {
     /// No figure further from the record than the GPU is from itself, both arms completed the
     /// same steps and died (or not) alike.
     pub fn passes(&self) -> bool {
+        self.passes_except(&[])
+    }
+
+    /// [`Exactness::passes`], the figures named in `known` aside.
+    pub fn passes_except(&self, known: &[String]) -> bool {
         self.differences
             .iter()
+            .filter(|d| !known.iter().any(|k| k == d.figure))
             .all(|d| d.bytes().unsigned_abs() <= self.gpu_spread)
             && self.completed.0 == self.completed.1
             && self.measured_death == self.predicted_death
