@@ -287,10 +287,18 @@ fn conform_dry_replays_every_recorded_gpu_run_to_the_byte() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
     let runs = json_lines(&out);
-    assert_eq!(runs.len(), 15, "every recorded run");
+    assert_eq!(runs.len(), 17, "every recorded run, the decoder's included");
     for run in &runs {
         assert_eq!(run["passes"], true, "{run}");
         assert_eq!(run["gpu_runs"], 3, "each run and its two repeats: {run}");
+        if run["name"] == "decoder-decoder-fusion-none-b16" {
+            // Known (conform-dry-known.toml): bytes reserved follow burn-fusion's threads; the
+            // live bytes may not differ.
+            let differences = run["differences"].as_array().unwrap();
+            assert!(differences.iter().all(|d| d["figure"] == "reserved"), "{run}");
+            continue;
+        }
+        assert_eq!(run["exact"], true, "{run}");
         if run["gpu_spread"] == 0 {
             assert_eq!(
                 run["differences"].as_array().map(Vec::len),
@@ -306,7 +314,10 @@ fn conform_dry_replays_every_recorded_gpu_run_to_the_byte() {
         .collect();
     assert_eq!(
         varying,
-        ["rerun-situ-fused-situ-fused-cube-none-cap14.75GiB"]
+        [
+            "rerun-situ-fused-situ-fused-cube-none-cap14.75GiB",
+            "decoder-decoder-fusion-none-b16"
+        ]
     );
     let capped_situ = runs
         .iter()
