@@ -22,6 +22,9 @@ pub struct AutotuneCache {
     dir: PathBuf,
     /// Entries per file when installed.
     installed: Vec<(String, usize)>,
+    /// Held for the device's life: another process (a second `highwater`, a parallel test)
+    /// takes another folder instead of emptying this one under it.
+    _lock: std::sync::Arc<std::fs::File>,
 }
 
 /// Why a cache could not be installed.
@@ -57,12 +60,24 @@ impl AutotuneCache {
     /// Copies the GPU's cache files from `from` (a `device-0-0-cuda` folder), or none, to where
     /// CubeCL will look for dry device `index`, replacing what an earlier process left there:
     /// indices repeat across processes, and a stale folder would silently warm a cold device.
-    pub fn install(from: Option<&Path>, index: u16) -> Result<Self, AutotuneError> {
+    /// `None` when a live process holds that folder (take another index).
+    pub fn install(from: Option<&Path>, index: u16) -> Result<Option<Self>, AutotuneError> {
         let root = CubeClRuntimeConfig::get().autotune.cache.root();
-        let dir = root
-            .join("autotune")
-            .join(CACHE_VERSION)
-            .join(format!("device-0-{index}-cuda"));
+        let parent = root.join("autotune").join(CACHE_VERSION);
+        let dir = parent.join(format!("device-0-{index}-cuda"));
+        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+        let lock_path = parent.join(format!("device-0-{index}-cuda.lock"));
+        let lock = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
+        }
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
         }
@@ -72,7 +87,11 @@ impl AutotuneCache {
             std::fs::write(dir.join(&name), &text).map_err(io(&dir))?;
             installed.push((name, entries(&text).count()));
         }
-        Ok(Self { dir, installed })
+        Ok(Some(Self {
+            dir,
+            installed,
+            _lock: std::sync::Arc::new(lock),
+        }))
     }
 
     /// Problems tuned on the dry device so far (not in the GPU's cache, or every one when none
@@ -169,10 +188,15 @@ mod tests {
     #[test]
     fn a_device_without_a_cache_starts_cold_whatever_an_earlier_process_left() {
         let index = 65_000;
-        let stale = AutotuneCache::install(None, index).unwrap();
+        let stale = AutotuneCache::install(None, index).unwrap().unwrap();
         std::fs::write(stale.dir.join("matmul.json.log"), format!("{LINE}\n")).unwrap();
         assert_eq!(stale.misses().len(), 1, "what a run tuned is reported");
-        let cold = AutotuneCache::install(None, index).unwrap();
+        assert!(
+            AutotuneCache::install(None, index).unwrap().is_none(),
+            "a folder in use is never emptied under its device"
+        );
+        drop(stale);
+        let cold = AutotuneCache::install(None, index).unwrap().unwrap();
         assert!(cold.misses().is_empty());
         assert!(AutotuneCache::read(&cold.dir).unwrap().is_empty());
     }

@@ -66,10 +66,15 @@ impl DryDevice {
     ) -> Result<Self, AutotuneError> {
         let memory = DeviceMemory::new(capacity, on_refusal);
         let mut table = table();
-        let index = (0..=u16::MAX)
-            .find(|i| !table.contains_key(i))
-            .expect("fewer than 65536 dry devices in one process");
-        let autotune = AutotuneCache::install(autotune, index)?;
+        // The first index free here whose autotune folder no other process holds.
+        let mut claimed = None;
+        for index in (0..=u16::MAX).filter(|i| !table.contains_key(i)) {
+            if let Some(cache) = AutotuneCache::install(autotune, index)? {
+                claimed = Some((index, cache));
+                break;
+            }
+        }
+        let (index, autotune) = claimed.expect("fewer than 65536 dry devices at once");
         table.insert(
             index,
             Registered {

@@ -100,8 +100,9 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     let card = std::sync::Arc::new(dryrun::CardProfile::read(&a.card)?);
     let known_path = a.dir.join(KNOWN_DRY);
     let known: Vec<KnownDryDifference> = match std::fs::read_to_string(&known_path) {
-        Ok(text) => parse_known_dry(&known_path.display().to_string(), &text)
-            .map_err(anyhow::Error::msg)?,
+        Ok(text) => {
+            parse_known_dry(&known_path.display().to_string(), &text).map_err(anyhow::Error::msg)?
+        }
         Err(_) => vec![],
     };
     // A run passes outright, or with the figures its known difference names set aside.

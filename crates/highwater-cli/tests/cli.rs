@@ -295,7 +295,10 @@ fn conform_dry_replays_every_recorded_gpu_run_to_the_byte() {
             // Known (conform-dry-known.toml): bytes reserved follow burn-fusion's threads; the
             // live bytes may not differ.
             let differences = run["differences"].as_array().unwrap();
-            assert!(differences.iter().all(|d| d["figure"] == "reserved"), "{run}");
+            assert!(
+                differences.iter().all(|d| d["figure"] == "reserved"),
+                "{run}"
+            );
             continue;
         }
         assert_eq!(run["exact"], true, "{run}");
@@ -343,7 +346,11 @@ fn fit_prints_each_steps_pool_and_the_verdict() {
         "3",
     ];
     let out = ok_snapshot("fit-decoder-16gib", &args);
-    assert!(text(&out.stdout).contains("\nfits: at most "), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("\nfits: at most "),
+        "{}",
+        text(&out.stdout)
+    );
     assert!(text(&out.stderr).is_empty(), "expected deaths stay quiet");
 }
 
@@ -382,11 +389,24 @@ fn fit_finds_the_largest_batch_and_where_the_next_one_dies() {
 fn fit_refuses_bad_input_before_any_work() {
     let out = highwater(&["fit", "repro/models/decoder.toml", "--card", "16 furlongs"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("not a unit"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not a unit"),
+        "{}",
+        text(&out.stderr)
+    );
 
-    let out = highwater(&["fit", "repro/models/decoder.toml", "--batch", "18446744073709551615"]);
+    let out = highwater(&[
+        "fit",
+        "repro/models/decoder.toml",
+        "--batch",
+        "18446744073709551615",
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("larger than"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("larger than"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let out = highwater(&["fit", "crates/highwater/tests/fixtures/bad-zero-batch.toml"]);
     assert_eq!(out.status.code(), Some(1));
@@ -395,7 +415,16 @@ fn fit_refuses_bad_input_before_any_work() {
         "{}",
         text(&out.stderr)
     );
-    let out = highwater(&["fit", "repro/models/decoder.toml", "--card", "no/such/card.json"]);
+    let out = highwater(&[
+        "fit",
+        "repro/models/decoder.toml",
+        "--card",
+        "no/such/card.json",
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("no/such/card.json"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no/such/card.json"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -346,7 +346,10 @@ pub fn parse_known_dry(origin: &str, text: &str) -> Result<Vec<KnownDryDifferenc
     const FIGURES: [&str; 3] = ["in_use_after_forward", "in_use_after_backward", "reserved"];
     for k in &known {
         if let Some(f) = k.figures.iter().find(|f| !FIGURES.contains(&f.as_str())) {
-            return Err(format!("{origin}: run {}: `{f}` is not a figure ({FIGURES:?})", k.run));
+            return Err(format!(
+                "{origin}: run {}: `{f}` is not a figure ({FIGURES:?})",
+                k.run
+            ));
         }
     }
     Ok(known)
