@@ -91,17 +91,38 @@ publish = false
 name = "book-cells"
 path = "src/main.rs"
 
-[profile.dev]
-# Cells compile in the dev profile (fast edits), their dependencies at full speed.
-debug = 0
-
-[profile.dev.package."*"]
-opt-level = 3
-
 # Not part of any enclosing workspace.
 [workspace]
 
 "#;
+
+/// The cell crate's `[profile.dev]`: cells compile unoptimized (fast edits) without debug
+/// info, their dependencies at full speed; the book's `profile` table is merged over that, key
+/// by key (`[preprocessor.cells.profile.package.situ] opt-level = 0`).
+fn dev_profile(book: &toml::Table) -> toml::Table {
+    let mut profile: toml::Table = toml::from_str(
+        r#"
+debug = 0
+[package."*"]
+opt-level = 3
+"#,
+    )
+    .expect("the default profile parses");
+    merge(&mut profile, book);
+    profile
+}
+
+/// Merges `over` into `base`, tables key by key, anything else replaced.
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
 
 impl CellCrate {
     /// Writes the crate for `cells` under `dir`. Files whose content is unchanged are left
@@ -110,12 +131,17 @@ impl CellCrate {
         dir: &Path,
         target_dir: &Path,
         dependencies: &toml::Table,
+        profile: &toml::Table,
         cells: &[CellSource],
         lockfile_seed: Option<&Path>,
     ) -> std::io::Result<CellCrate> {
         let src = dir.join("src");
         std::fs::create_dir_all(&src)?;
         let mut deps = toml::Table::new();
+        deps.insert(
+            "profile".into(),
+            toml::Table::from_iter([("dev".to_string(), dev_profile(profile).into())]).into(),
+        );
         deps.insert("dependencies".into(), dependencies.clone().into());
         let manifest = format!(
             "{MANIFEST_HEAD}{}",
@@ -428,6 +454,17 @@ fn write_if_changed(path: &Path, content: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_books_profile_is_merged_over_the_defaults_key_by_key() {
+        let book: toml::Table =
+            toml::from_str("[package.situ]\nopt-level = 0\n[package.\"*\"]\ndebug = 1").unwrap();
+        let p = dev_profile(&book);
+        assert_eq!(p["debug"].as_integer(), Some(0));
+        assert_eq!(p["package"]["*"]["opt-level"].as_integer(), Some(3));
+        assert_eq!(p["package"]["*"]["debug"].as_integer(), Some(1));
+        assert_eq!(p["package"]["situ"]["opt-level"].as_integer(), Some(0));
+    }
 
     fn cell(prelude: Option<&str>) -> CellSource {
         CellSource {

@@ -47,6 +47,12 @@ pub struct Config {
     /// also sets it.
     #[serde(default)]
     pub gpu_bundle: Option<PathBuf>,
+    /// Cargo profile settings for the cell crate, merged over its defaults (`debug = 0`, every
+    /// dependency at `opt-level = 3`): `[preprocessor.cells.profile.package.NAME]` compiles one
+    /// dependency otherwise (a crate whose generic code is large and whose speed cells do not
+    /// need, at `opt-level = 0`).
+    #[serde(default)]
+    pub profile: toml::Table,
     /// Extra files or folders whose contents every cell's output depends on. The folders of
     /// path dependencies are always included.
     #[serde(default)]
@@ -81,6 +87,7 @@ const KNOWN: &[&str] = &[
     "freeze-dir",
     "gpu-dependencies",
     "gpu-bundle",
+    "profile",
 ];
 const MDBOOK_KEYS: &[&str] = &["command", "before", "after", "renderers", "optional"];
 
@@ -98,6 +105,7 @@ impl Default for Config {
             freeze_dir: default_freeze_dir(),
             gpu_dependencies: toml::Table::new(),
             gpu_bundle: None,
+            profile: toml::Table::new(),
             other: BTreeMap::new(),
         }
     }

@@ -401,6 +401,7 @@ fn compile_and_run(
         &crate_dir,
         &cache_dir.join("target"),
         &cell_crate_dependencies(root, config, !matches!(gpu, GpuCells::Frozen)),
+        &config.profile,
         &sources,
         Some(&root.join("Cargo.lock")),
     )

@@ -1,6 +1,8 @@
 //! Figures: one dry training step of the wave's expert stack (burn's own code over the dry
 //! CubeCL runtime, the H200's card profile and autotune cache), median over steps 3..=50, per
-//! configuration, and a whole 50-step replay including the device's start.
+//! configuration, and a whole 50-step replay including the device's start; then the decoder
+//! (repro/models/decoder.toml): its dry step on both backends, and the search for its largest
+//! batch on a 16 GiB card, 5 steps per run.
 //! `cargo bench -p situ --features dry` (harness-free; prints, asserts nothing).
 
 use std::path::Path;
@@ -10,7 +12,7 @@ use std::time::Instant;
 use dryrun::{CardProfile, OnRefusal};
 use highwater::Recipe;
 use highwater::recipe::{Activation, Backend, Checkpointing};
-use situ::dry::{DryPlan, dry_run};
+use situ::dry::{DryPlan, dry_decoder, dry_run, largest_batch};
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -59,4 +61,55 @@ fn main() {
         "median over configurations: {:.1} ms per step",
         medians[medians.len() / 2]
     );
+
+    decoder(&root, &card, &autotune);
+}
+
+fn decoder(root: &Path, h200: &Arc<CardProfile>, autotune: &Path) {
+    let text = std::fs::read_to_string(root.join("repro/models/decoder.toml")).unwrap();
+    let base = highwater::decoder::Decoder::parse("decoder.toml", &text).unwrap();
+    println!(
+        "the decoder (batch {}): one dry step (median of steps 3..=20), and the largest-batch search on 16 GiB",
+        base.batch
+    );
+    let sixteen = Arc::new(h200.with_memory(16 << 30));
+    for backend in [Backend::Cube, Backend::Fusion] {
+        let d = highwater::decoder::Decoder {
+            backend,
+            ..base.clone()
+        };
+        let plan = DryPlan {
+            steps: 20,
+            seed: 1,
+            capacity: h200.free_at_start,
+            on_refusal: OnRefusal::Refuse,
+            log_every: 5,
+        };
+        let out = dry_decoder(&d, &plan, h200.clone(), Some(autotune)).unwrap();
+        let mut ms: Vec<f64> = out.steps.iter().skip(2).map(|s| s.step_ms).collect();
+        ms.sort_by(f64::total_cmp);
+        let plan = DryPlan {
+            steps: 5,
+            capacity: sixteen.free_at_start,
+            ..plan
+        };
+        let t = Instant::now();
+        let search = largest_batch(1 << 20, |b| {
+            dry_decoder(
+                &d.with_batch(b).unwrap(),
+                &plan,
+                sixteen.clone(),
+                Some(autotune),
+            )
+        })
+        .unwrap();
+        println!(
+            "  {:<6}  step {:6.1} ms  |  largest batch {} in {:.1} s ({} runs)",
+            highwater::recipe::written_name(&backend),
+            ms[ms.len() / 2],
+            search.largest.map_or(0, |(b, _)| b),
+            t.elapsed().as_secs_f64(),
+            search.tried.len()
+        );
+    }
 }
