@@ -1,6 +1,9 @@
-//! The recipe's training step on the dry runtime: the same [`Trainer`] that `highwater rerun`
-//! runs on burn-cuda, over `dryrun::DryRuntime`, so that every byte the pool holds is decided by
-//! burn's and CubeCL's own code and no GPU is needed.
+//! Training steps on the dry runtime: the same [`Trainer`] that `highwater rerun` runs on
+//! burn-cuda, over `dryrun::DryRuntime`, so that every byte the pool holds is decided by burn's
+//! and CubeCL's own code and no GPU is needed. [`dry_train`] takes any [`TrainingStep`] a
+//! closure builds; [`dry_run`] (a wave recipe) and [`dry_decoder`] are built on it, [`Model`]
+//! reads either from its file, [`largest_batch`] searches the batch a card allows, and
+//! [`replay`] / [`replay_decoder`] hold a GPU record to its dry replay.
 //!
 //! A page the card could not hold is recorded, then refused as the card would refuse it (what
 //! follows — cubecl's server panicking on its thread, burn going on or failing — is what follows

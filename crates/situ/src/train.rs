@@ -1,8 +1,10 @@
-//! The recipe's training step, run for real and measured: what `highwater rerun` runs on a GPU,
-//! and what the CPU tests run on burn-ndarray.
+//! Training steps, run for real and measured: what `highwater rerun` runs on a GPU, what the
+//! dry run runs on CPU, and what the CPU tests run on burn-ndarray.
 //!
-//! The step is the one `highwater::trace` models, part for part, so that the simulator can be
-//! held to it:
+//! [`Trainer`] runs any [`TrainingStep`] (forward, backward, optimizer) and reads the pool after
+//! each phase. [`WaveStep`] is the recipe's step, the one `highwater::trace` models, part for
+//! part, so that the simulator can be held to it (`crate::decoder` has another, modelled by
+//! nobody):
 //! - **weights**: every expert's `gate_up` and `down`, plus the rest of the model's parameters
 //!   as one tensor and its persistent buffers (`[rest_of_model]`), created under burn's
 //!   `memory_persistent_allocations` as a model load does;
