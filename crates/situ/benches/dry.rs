@@ -15,6 +15,18 @@ use highwater::recipe::{Activation, Backend, Checkpointing};
 use situ::dry::{DryPlan, dry_decoder, dry_run, largest_batch};
 
 fn main() {
+    // Runs that die (the batch search's) panic on the device's threads (cubecl's `DSD-*`,
+    // burn-fusion's `DSU-*`), as on a GPU: expected, and not worth a screenful each.
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let name = std::thread::current()
+            .name()
+            .unwrap_or_default()
+            .to_string();
+        if !(name.starts_with("DSD-") || name.starts_with("DSU-")) {
+            default(info);
+        }
+    }));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let card = Arc::new(CardProfile::read(&root.join("repro/cards/h200.json")).unwrap());
     let autotune = root.join("repro/cards/h200-autotune");
