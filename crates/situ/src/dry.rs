@@ -16,8 +16,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
 
-use burn::backend::Autodiff;
-use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use burn::tensor::backend::AutodiffBackend;
 use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
@@ -133,16 +131,13 @@ pub fn dry_run(
             WaveStep::new(recipe, plan.seed, SOFT_CAP, device)
         })
     }
-    type CubeNone = Autodiff<DryCube, NoCheckpointing>;
-    type CubeBalanced = Autodiff<DryCube, BalancedCheckpointing>;
-    type FusedNone = Autodiff<DryFused, NoCheckpointing>;
-    type FusedBalanced = Autodiff<DryFused, BalancedCheckpointing>;
-    let run = match (recipe.backend, recipe.checkpointing) {
-        (Backend::Cube, Checkpointing::None) => wave::<CubeNone>,
-        (Backend::Cube, Checkpointing::Balanced) => wave::<CubeBalanced>,
-        (Backend::Fusion, Checkpointing::None) => wave::<FusedNone>,
-        (Backend::Fusion, Checkpointing::Balanced) => wave::<FusedBalanced>,
-    };
+    let run = on_backend!(
+        recipe.backend,
+        recipe.checkpointing,
+        DryCube,
+        DryFused,
+        wave
+    );
     run(recipe, plan, card, autotune)
 }
 
@@ -163,16 +158,13 @@ pub fn dry_decoder(
             DecoderStep::new(decoder, device)
         })
     }
-    type CubeNone = Autodiff<DryCube, NoCheckpointing>;
-    type CubeBalanced = Autodiff<DryCube, BalancedCheckpointing>;
-    type FusedNone = Autodiff<DryFused, NoCheckpointing>;
-    type FusedBalanced = Autodiff<DryFused, BalancedCheckpointing>;
-    let run = match (decoder.backend, decoder.checkpointing) {
-        (Backend::Cube, Checkpointing::None) => train::<CubeNone>,
-        (Backend::Cube, Checkpointing::Balanced) => train::<CubeBalanced>,
-        (Backend::Fusion, Checkpointing::None) => train::<FusedNone>,
-        (Backend::Fusion, Checkpointing::Balanced) => train::<FusedBalanced>,
-    };
+    let run = on_backend!(
+        decoder.backend,
+        decoder.checkpointing,
+        DryCube,
+        DryFused,
+        train
+    );
     run(decoder, plan, card, autotune)
 }
 

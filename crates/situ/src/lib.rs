@@ -23,6 +23,30 @@
 //! (feature `cuda`), and the dry CubeCL runtime in `dry` (feature `dry`), which gives the GPU's
 //! pool figures on a CPU.
 
+/// The training function `$run::<B>` for the burn backend a recipe names: `$cube` (a runtime's
+/// `CubeBackend`) or `$fused` (`Fusion` over it), under `Autodiff` with the checkpoint strategy
+/// named. One match for the GPU rerun and the dry run, the wave and the decoder.
+#[cfg(feature = "dry")]
+macro_rules! on_backend {
+    ($backend:expr, $checkpointing:expr, $cube:ty, $fused:ty, $run:ident) => {{
+        use burn::backend::Autodiff;
+        use burn::backend::autodiff::checkpoint::strategy::{
+            BalancedCheckpointing, NoCheckpointing,
+        };
+        use highwater::recipe::{Backend, Checkpointing};
+        match ($backend, $checkpointing) {
+            (Backend::Cube, Checkpointing::None) => $run::<Autodiff<$cube, NoCheckpointing>>,
+            (Backend::Cube, Checkpointing::Balanced) => {
+                $run::<Autodiff<$cube, BalancedCheckpointing>>
+            }
+            (Backend::Fusion, Checkpointing::None) => $run::<Autodiff<$fused, NoCheckpointing>>,
+            (Backend::Fusion, Checkpointing::Balanced) => {
+                $run::<Autodiff<$fused, BalancedCheckpointing>>
+            }
+        }
+    }};
+}
+
 pub mod counters;
 pub mod decoder;
 mod expert;

@@ -13,11 +13,9 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use burn::backend::Autodiff;
-use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use highwater::conform::{DecoderRecord, DeviceMemory, MeasuredDeath, MeasuredStep, RerunRecord};
 use highwater::pool::PoolUsage;
-use highwater::recipe::{Backend, Checkpointing, Recipe};
+use highwater::recipe::Recipe;
 use highwater::trace::Phase;
 
 use crate::SOFT_CAP;
@@ -88,16 +86,7 @@ pub fn rerun(
             WaveStep::new(&plan.recipe, plan.seed, SOFT_CAP, device)
         })
     }
-    type CubeNone = Autodiff<Cube, NoCheckpointing>;
-    type CubeBalanced = Autodiff<Cube, BalancedCheckpointing>;
-    type FusedNone = Autodiff<Fused, NoCheckpointing>;
-    type FusedBalanced = Autodiff<Fused, BalancedCheckpointing>;
-    let run = match (r.backend, r.checkpointing) {
-        (Backend::Cube, Checkpointing::None) => wave::<CubeNone>,
-        (Backend::Cube, Checkpointing::Balanced) => wave::<CubeBalanced>,
-        (Backend::Fusion, Checkpointing::None) => wave::<FusedNone>,
-        (Backend::Fusion, Checkpointing::Balanced) => wave::<FusedBalanced>,
-    };
+    let run = on_backend!(r.backend, r.checkpointing, Cube, Fused, wave);
     let (device, steps, died) = run(plan, observer)?;
     Ok(RerunRecord {
         provenance,
@@ -149,16 +138,7 @@ pub fn rerun_decoder(
             DecoderStep::new(&plan.decoder, device)
         })
     }
-    type CubeNone = Autodiff<Cube, NoCheckpointing>;
-    type CubeBalanced = Autodiff<Cube, BalancedCheckpointing>;
-    type FusedNone = Autodiff<Fused, NoCheckpointing>;
-    type FusedBalanced = Autodiff<Fused, BalancedCheckpointing>;
-    let run = match (d.backend, d.checkpointing) {
-        (Backend::Cube, Checkpointing::None) => train::<CubeNone>,
-        (Backend::Cube, Checkpointing::Balanced) => train::<CubeBalanced>,
-        (Backend::Fusion, Checkpointing::None) => train::<FusedNone>,
-        (Backend::Fusion, Checkpointing::Balanced) => train::<FusedBalanced>,
-    };
+    let run = on_backend!(d.backend, d.checkpointing, Cube, Fused, train);
     let (device, steps, died) = run(plan, observer)?;
     Ok(DecoderRecord {
         provenance,
