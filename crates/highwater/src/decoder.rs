@@ -47,6 +47,12 @@ pub fn is_decoder(text: &str) -> bool {
         .is_ok_and(|t| t.contains_key("decoder"))
 }
 
+/// What [`Decoder::with_batch`] found too large.
+enum Oversize {
+    Batch,
+    Parameters,
+}
+
 /// A decoder the dry run and the GPU can be trusted to build.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decoder {
@@ -110,21 +116,32 @@ impl Decoder {
                 format!("does not divide d_model = {}", decoder.d_model),
             ));
         }
-        decoder.with_batch(decoder.batch).map_err(|reason| {
-            let field = if reason.contains("batch") {
-                ("decoder.batch", &d.batch)
-            } else {
-                ("decoder.vocab", &d.vocab)
-            };
-            err(field.0, field.1, reason)
-        })
+        match decoder.oversize(decoder.batch) {
+            None => Ok(decoder),
+            Some((Oversize::Batch, reason)) => Err(err("decoder.batch", &d.batch, reason)),
+            Some((Oversize::Parameters, reason)) => Err(err("decoder.d_model", &d.d_model, reason)),
+        }
     }
 
     /// The same decoder with another batch; refused when one of its tensors would exceed
     /// [`MAX_TENSOR_BYTES`] (so that absurd sizes are refused before any work).
     pub fn with_batch(&self, batch: u64) -> Result<Decoder, String> {
+        match self.oversize(batch) {
+            Some((_, reason)) => Err(reason),
+            None => Ok(Decoder {
+                batch,
+                ..self.clone()
+            }),
+        }
+    }
+
+    /// What is too large at `batch` (a zero batch counts), and why.
+    fn oversize(&self, batch: u64) -> Option<(Oversize, String)> {
         if batch == 0 {
-            return Err("a batch of 0 sequences trains nothing".into());
+            return Some((
+                Oversize::Batch,
+                "a batch of 0 sequences trains nothing".into(),
+            ));
         }
         let within = |elems: Option<u64>| {
             elems
@@ -140,21 +157,19 @@ impl Decoder {
             // The MLP's hidden activation, [batch · seq_len, d_ff].
             tokens.and_then(|t| t.checked_mul(self.d_ff)),
         ];
+        if !within(self.params().checked_mul(4)) {
+            let reason =
+                format!("the parameters and their Adam state exceed {MAX_TENSOR_BYTES} bytes");
+            return Some((Oversize::Parameters, reason));
+        }
         if !largest.into_iter().all(within) {
-            return Err(format!(
+            let reason = format!(
                 "batch {batch} makes a tensor larger than {MAX_TENSOR_BYTES} bytes (logits, \
                  attention scores or MLP activations)"
-            ));
+            );
+            return Some((Oversize::Batch, reason));
         }
-        if !within(self.params().checked_mul(4)) {
-            return Err(format!(
-                "the parameters and their Adam state exceed {MAX_TENSOR_BYTES} bytes"
-            ));
-        }
-        Ok(Decoder {
-            batch,
-            ..self.clone()
-        })
+        None
     }
 
     /// Parameters (f32): embeddings, blocks (attention's four projections, the MLP's two, two
@@ -207,6 +222,15 @@ mod tests {
         let text = DECODER.replace("batch = 16", "batch = 18446744073709551615");
         let e = Decoder::parse("x.toml", &text).unwrap_err();
         assert!(e.to_string().contains("`decoder.batch`"), "{e}");
+        let e = Decoder::parse(
+            "x.toml",
+            &DECODER.replace("d_model = 768", "d_model = 4294967292"),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("`decoder.d_model` the parameters"),
+            "{e}"
+        );
         let d = Decoder::parse("x.toml", DECODER).unwrap();
         assert!(d.with_batch(1 << 40).is_err());
         assert!(d.with_batch(0).is_err());
