@@ -1,4 +1,4 @@
-//! The ledger against real burn 0.21.0 (issue 3, item 5).
+//! The ledger against real burn 0.21.0 (issue 3, item 5), and against the dry run (`dry.rs`).
 //!
 //! Each test writes one small graph once ([`program::Program`]), asks highwater's ledger what
 //! burn-autodiff keeps alive for backward under `NoCheckpointing` and `BalancedCheckpointing`,
@@ -19,6 +19,7 @@
 //! workers, which a per-thread count would miss, and nothing else of this binary runs there.
 
 mod counting;
+mod dry;
 mod program;
 
 use std::process::Command;

@@ -5,6 +5,7 @@
 use burn::backend::NdArray;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Distribution, Tensor, activation};
 use highwater::ledger::{Kept, Storage};
 use highwater::{Backend, Checkpointing, DType, Graph, Ledger, TensorId};
@@ -181,8 +182,23 @@ impl Program {
     /// output, and returns what the forward pass left on the heap. Then runs backward (so the
     /// graph is complete and burn's global autodiff state is emptied again).
     pub fn run<C: CheckpointStrategy>(&self) -> Snapshot {
-        type B<C> = Autodiff<NdArray<f32>, C>;
-        let device = Default::default();
+        self.run_on::<Autodiff<NdArray<f32>, C>, _, _>(
+            &Default::default(),
+            Counting::start,
+            Counting::finish,
+        )
+    }
+
+    /// [`Program::run`] on any autodiff backend: `start` is called once the leaves exist,
+    /// `finish` (with what `start` returned) once forward has run and the user code holds only
+    /// the leaves and the output; backward runs after.
+    pub fn run_on<B: AutodiffBackend, S, M>(
+        &self,
+        device: &B::Device,
+        start: impl FnOnce() -> S,
+        finish: impl FnOnce(S) -> M,
+    ) -> M {
+        let device = device.clone();
         let mut uses = vec![0usize; self.ops.len()];
         for (_, op) in &self.ops {
             for a in op.args() {
@@ -190,12 +206,12 @@ impl Program {
             }
         }
         let out = self.out();
-        let mut vals: Vec<Option<Tensor<B<C>, 2>>> = vec![None; self.ops.len()];
-        let mut loss: Option<Tensor<B<C>, 1>> = None;
+        let mut vals: Vec<Option<Tensor<B, 2>>> = vec![None; self.ops.len()];
+        let mut loss: Option<Tensor<B, 1>> = None;
         // Leaves before the baseline: they are not the layer's memory.
         for (i, (_, op)) in self.ops.iter().enumerate() {
             let leaf = |shape: [usize; 2]| {
-                Tensor::<B<C>, 2>::random(shape, Distribution::Uniform(-1.0, 1.0), &device)
+                Tensor::<B, 2>::random(shape, Distribution::Uniform(-1.0, 1.0), &device)
             };
             vals[i] = match *op {
                 Op::Input {
@@ -206,7 +222,7 @@ impl Program {
                 _ => None,
             };
         }
-        let counting = Counting::start();
+        let started = start();
         for (i, (_, op)) in self.ops.iter().enumerate() {
             if op.is_leaf() {
                 continue;
@@ -262,14 +278,14 @@ impl Program {
                 assert!(v.is_none(), "value #{i} still held by the user code");
             }
         }
-        let snap = counting.finish();
+        let measured = finish(started);
         match (output, loss) {
             (Some(t), None) => drop(t.backward()),
             (None, Some(l)) => drop(l.backward()),
             _ => unreachable!(),
         }
         drop(vals);
-        snap
+        measured
     }
 }
 
