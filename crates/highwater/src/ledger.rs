@@ -429,6 +429,25 @@ impl Ledger {
     pub fn held_count(&self) -> usize {
         self.held.len()
     }
+
+    /// The most bytes forward has in use at once, over what it starts with: each fresh buffer
+    /// allocated in op order, each freed after its last forward use (views, in-place writes and
+    /// fused intermediates allocate nothing).
+    pub fn forward_peak(&self) -> u64 {
+        let (mut now, mut peak) = (0u64, 0u64);
+        for (i, row) in self.rows.iter().enumerate() {
+            if row.storage == Storage::New {
+                now += row.bytes;
+                peak = peak.max(now);
+            }
+            for owner in &self.forward_frees[i] {
+                if self.rows[owner.0].storage == Storage::New {
+                    now -= self.rows[owner.0].bytes;
+                }
+            }
+        }
+        peak
+    }
 }
 
 impl fmt::Display for Ledger {
@@ -704,6 +723,25 @@ impl<'a> Analysis<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forward_peak_counts_fresh_buffers_alive_at_once() {
+        // a = x·w, e = a·c (in place over a on Cube), y = tanh(e): a and y at once, then the
+        // output y alone. On Fusion the scale is fused into tanh, which writes y.
+        let mut g = Graph::new(DType::F32);
+        let x = g.input("x", [64, 32], true);
+        let w = g.param("w", [32, 64]);
+        let a = g.matmul("a", x, w);
+        let e = g.mul_scalar("e", a);
+        let y = g.tanh("y", e);
+        g.output(y);
+        let nh = 64 * 64 * 4;
+        let cube = g.ledger(Checkpointing::None, Backend::Cube);
+        assert_eq!(cube.rows[e.0].storage, Storage::InPlace(a));
+        assert_eq!(cube.forward_peak(), 2 * nh);
+        let balanced = g.ledger(Checkpointing::Balanced, Backend::Cube);
+        assert!(balanced.forward_peak() >= balanced.held_bytes());
+    }
 
     fn ffn_silu(g: &mut Graph) -> TensorId {
         let x = g.input("x", [4096, 768], true);

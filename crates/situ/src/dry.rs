@@ -39,6 +39,15 @@ pub type DryCube = CubeBackend<DryRuntime, f32, i32, u8>;
 /// burn-cuda's default arrangement, `Fusion` over the same, on the dry runtime.
 pub type DryFused = Fusion<DryCube>;
 
+/// The dry device's pool now (buffers and bytes in use, bytes reserved), once what is queued has
+/// run: for measuring a program of one's own between two points.
+pub fn pool_usage<B: burn::tensor::backend::Backend<Device = DryDevice>>(
+    device: &DryDevice,
+) -> Result<PoolUsage, String> {
+    B::sync(device).map_err(|e| e.to_string())?;
+    Ok(client_usage::<DryRuntime>(device)?.unwrap_or_default())
+}
+
 /// How to run dry: how long, and on how much of the card.
 #[derive(Debug, Clone)]
 pub struct DryPlan {

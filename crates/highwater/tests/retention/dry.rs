@@ -36,8 +36,7 @@ pub struct Forward {
     pub peak: u64,
 }
 
-/// The ledger's [`Forward`]: its held buffers and the output's, and its forward replayed
-/// (each `New` row allocated, each buffer freed after its last forward use).
+/// The ledger's [`Forward`]: its held buffers and the output's, and its forward peak.
 pub fn predicted(l: &Ledger) -> Forward {
     let bytes_of = |owner: highwater::TensorId| l.rows[owner.0].bytes;
     let mut alive: Vec<(highwater::TensorId, u64)> = l.held.clone();
@@ -48,22 +47,10 @@ pub fn predicted(l: &Ledger) -> Forward {
             alive.push((owner, bytes_of(owner)));
         }
     }
-    let (mut now, mut peak) = (0u64, 0u64);
-    for (i, row) in l.rows.iter().enumerate() {
-        if row.storage == Storage::New {
-            now += row.bytes;
-            peak = peak.max(now);
-        }
-        for owner in &l.forward_frees[i] {
-            if l.rows[owner.0].storage == Storage::New {
-                now -= bytes_of(*owner);
-            }
-        }
-    }
     Forward {
         buffers: alive.len() as u64,
         bytes: alive.iter().map(|(_, b)| b).sum(),
-        peak,
+        peak: l.forward_peak(),
     }
 }
 
