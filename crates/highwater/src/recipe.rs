@@ -335,17 +335,73 @@ impl Recipe {
                 "lists no seed".into(),
             ));
         }
-        // The biggest tensor in any path: [N, 2f] of the widest dtype.
-        let widest = batch
-            .checked_mul(seq_len)
-            .and_then(|n| n.checked_mul(d_ffn.checked_mul(2)?))
-            .and_then(|e| e.checked_mul(m.dtype.size()))
-            .and_then(|b| b.checked_mul(n_experts * max_iter));
-        if widest.is_none() {
+        // Every size the simulator multiplies out, checked here once so that no later product
+        // can overflow; an overflow is blamed on the largest factor, the one to shrink.
+        let product = |factors: &[(&'static str, &Spanned<u64>)], what: &str| {
+            let mut acc = 1u64;
+            for (i, (_, v)) in factors.iter().enumerate() {
+                acc = match acc.checked_mul(*v.get_ref()) {
+                    Some(a) => a,
+                    None => {
+                        let (field, v) = factors[..=i]
+                            .iter()
+                            .max_by_key(|(_, v)| *v.get_ref())
+                            .expect("at least one factor");
+                        return Err(err(
+                            field,
+                            v.span(),
+                            format!("is {}: {what} overflows 64 bits", v.get_ref()),
+                        ));
+                    }
+                };
+            }
+            Ok(acc)
+        };
+        let dtype_size = Spanned::new(0..0, m.dtype.size() * 2);
+        // The stack's activations: [N, 2f] of the dtype, once per call.
+        product(
+            &[
+                ("model.batch", &m.batch),
+                ("model.seq_len", &m.seq_len),
+                ("model.d_ffn", &m.d_ffn),
+                ("model.dtype", &dtype_size),
+                ("model.n_experts", &m.n_experts),
+                ("model.max_iter", &m.max_iter),
+            ],
+            "batch × seq_len × 2·d_ffn × dtype × n_experts × max_iter",
+        )?;
+        // The experts' weights: n_experts × 3 · d_model × d_ffn (gate_up is 2f wide on SiTU),
+        // then gradients and optimizer state, plus the rest of the model.
+        let three = Spanned::new(0..0, 3);
+        let expert_params = product(
+            &[
+                ("model.n_experts", &m.n_experts),
+                ("model.d_model", &m.d_model),
+                ("model.d_ffn", &m.d_ffn),
+                ("model.d_ffn", &three),
+            ],
+            "n_experts × d_model × 3·d_ffn (the experts' parameters)",
+        )?;
+        let r = &f.rest_of_model;
+        let t_opt = &f.training.optimizer;
+        let per_param = m.dtype.size() * (2 + t_opt.states_per_param());
+        let weight_bytes = expert_params
+            .checked_add(*r.params.get_ref())
+            .and_then(|p| p.checked_mul(per_param))
+            .and_then(|b| b.checked_add(*r.persistent_bytes.get_ref()));
+        if weight_bytes.is_none() {
+            let (field, v) = if r.params.get_ref() >= r.persistent_bytes.get_ref() {
+                ("rest_of_model.params", &r.params)
+            } else {
+                ("rest_of_model.persistent_bytes", &r.persistent_bytes)
+            };
             return Err(err(
-                "model.d_ffn",
-                m.d_ffn.span(),
-                "makes batch × seq_len × 2·d_ffn × dtype × calls overflow 64 bits".into(),
+                field,
+                v.span(),
+                format!(
+                    "is {}: the weights, gradients and optimizer state overflow 64 bits",
+                    v.get_ref()
+                ),
             ));
         }
         let c = &f.card;
@@ -361,7 +417,6 @@ impl Recipe {
                 format!("plus card.cuda_context_bytes leaves nothing of the card's {total} bytes"),
             ));
         }
-        let r = &f.rest_of_model;
         let tensor_bytes = nonzero("rest_of_model.tensor_bytes", &r.tensor_bytes)?;
         let j = &f.jitter;
         let p = *j.step_probability.get_ref();
@@ -405,13 +460,10 @@ impl Recipe {
                 max_lag: *j.max_lag.get_ref(),
             },
         };
-        let weights = recipe
-            .expert_params()
-            .checked_add(recipe.rest.params)
-            .and_then(|p| p.checked_mul(recipe.dtype.size() * 4));
-        match weights {
-            Some(_) if recipe.weight_bytes() < recipe.card.pool_capacity() => Ok(recipe),
-            _ => Err(err(
+        if recipe.weight_bytes() < recipe.card.pool_capacity() {
+            Ok(recipe)
+        } else {
+            Err(err(
                 "card.total_bytes",
                 c.total_bytes.span(),
                 format!(
@@ -420,7 +472,7 @@ impl Recipe {
                     recipe.card.pool_capacity(),
                     recipe.weight_bytes()
                 ),
-            )),
+            ))
         }
     }
 }
@@ -446,6 +498,57 @@ mod tests {
         assert_eq!(r.tokens(), 4096);
         assert_eq!(r.calls(), 12);
         assert_eq!(r.activation, Activation::Silu);
+    }
+
+    /// Sizes whose products overflow 64 bits are refused, naming the factor to shrink at its
+    /// line, never a panic or a wrapped product.
+    #[test]
+    fn overflowing_sizes_name_the_field_to_shrink() {
+        let huge = "18446744073709551615";
+        for (line, field) in [
+            ("batch = 8", "model.batch"),
+            ("seq_len = 512", "model.seq_len"),
+            ("d_model = 768", "model.d_model"),
+            ("d_ffn = 2048", "model.d_ffn"),
+            ("n_experts = 3", "model.n_experts"),
+            ("max_iter = 4", "model.max_iter"),
+            ("params = 153486", "rest_of_model.params"),
+            (
+                "persistent_bytes = 76800000",
+                "rest_of_model.persistent_bytes",
+            ),
+        ] {
+            let key = line.split(" = ").next().unwrap();
+            let text = SMALL.replace(line, &format!("{key} = {huge}"));
+            let at = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+            match Recipe::parse("x.toml", &text) {
+                Err(RecipeError::Invalid {
+                    line,
+                    field: f,
+                    reason,
+                    ..
+                }) => {
+                    assert_eq!((line, f), (at, field), "{key}: {reason}");
+                    assert!(reason.contains(huge), "{key}: {reason}");
+                }
+                other => panic!("{key} = {huge}: {other:?}"),
+            }
+        }
+        // Two factors that overflow only together: the larger is blamed.
+        let text = SMALL
+            .replace("n_experts = 3", "n_experts = 4294967296")
+            .replace("max_iter = 4", "max_iter = 4294967297");
+        let e = Recipe::parse("x.toml", &text).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RecipeError::Invalid {
+                    field: "model.max_iter",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
