@@ -33,6 +33,8 @@ pub enum CaptureError {
     NotPooled { tensor: String },
     #[error("the program refers to tensor #{0}, which it does not declare")]
     UnknownTensor(usize),
+    #[error("{sessions} sessions is more than the {max} the simulator takes")]
+    TooManySessions { sessions: u32, max: u32 },
 }
 
 /// Where and when a tensor lived.

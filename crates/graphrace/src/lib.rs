@@ -29,6 +29,6 @@ pub use capture::{CaptureError, Graph, capture};
 pub use check::{Finding, Report, check};
 pub use config::{Config, ConfigError, IndexKeys, Mode};
 pub use program::{Program, Stream};
-pub use rates::{Captured, Rate, Workload, sweep};
+pub use rates::{Captured, MAX_SESSIONS, Rate, Workload, sweep};
 pub use replay::{Draw, Replay, Replayer, Timing};
 pub use step::{Costs, decode_step, decode_step_with};

@@ -16,13 +16,14 @@
 //! A configuration file that cannot be used exits with status 1 and names the file, the line
 //! and the reason; usage errors exit with clap's status 2.
 
+use std::io::{ErrorKind, Write};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use graphrace::{Captured, Config, Timing, Workload};
+use graphrace::{Captured, Config, MAX_SESSIONS, Timing, Workload};
 
 /// The CUDA-graph multi-stream race, modelled: rates, the static check, a racing replay.
 #[derive(Debug, Parser)]
@@ -68,18 +69,22 @@ struct RatesArgs {
 #[derive(Debug, Args)]
 struct LoadArgs {
     /// Graph replays per trial (decode steps each session goes through).
-    #[arg(long, value_name = "N", default_value_t = Workload::default().replays)]
+    #[arg(long, value_name = "N", default_value_t = Workload::default().replays,
+          value_parser = clap::value_parser!(u32).range(1..))]
     replays: u32,
     /// Independent load tests per point.
-    #[arg(long, value_name = "N", default_value_t = Workload::default().trials)]
+    #[arg(long, value_name = "N", default_value_t = Workload::default().trials,
+          value_parser = clap::value_parser!(u32).range(1..))]
     trials: u32,
     #[arg(long, value_name = "N", default_value_t = Workload::default().seed)]
     seed: u64,
     /// σ of the per-replay log-normal jitter of kernel durations (the calibrated number).
-    #[arg(long, value_name = "X", default_value_t = Timing::default().jitter_sigma)]
+    #[arg(long, value_name = "X", default_value_t = Timing::default().jitter_sigma,
+          value_parser = parse_sigma)]
     sigma: f64,
     /// Slow-down of each of two kernels running at once.
-    #[arg(long, value_name = "X", default_value_t = Timing::default().contention)]
+    #[arg(long, value_name = "X", default_value_t = Timing::default().contention,
+          value_parser = parse_contention)]
     contention: f64,
 }
 
@@ -106,7 +111,7 @@ struct OneArgs {
     #[arg(long, value_name = "PATH")]
     config: PathBuf,
     /// Concurrent sessions.
-    #[arg(long, value_name = "N", default_value_t = 60)]
+    #[arg(long, value_name = "N", default_value_t = 60, value_parser = parse_one_session)]
     sessions: u32,
     #[command(flatten)]
     load: LoadArgs,
@@ -114,13 +119,28 @@ struct OneArgs {
     json: bool,
 }
 
+/// A line on stdout, returning the write's error: a reader that leaves early (`| head`) ends
+/// the run quietly (see [`main`]) instead of a panic in `println!`.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    };
+}
+
 fn parse_sessions(s: &str) -> Result<RangeInclusive<u32>, String> {
     let n = |t: &str| {
-        t.trim()
+        let n = t
+            .trim()
             .parse::<u32>()
             .ok()
             .filter(|n| *n > 0)
-            .ok_or_else(|| format!("`{t}` is not a positive number of sessions"))
+            .ok_or_else(|| format!("`{t}` is not a positive number of sessions"))?;
+        if n > MAX_SESSIONS {
+            return Err(format!(
+                "{n} sessions is more than the {MAX_SESSIONS} the simulator takes"
+            ));
+        }
+        Ok(n)
     };
     let range = match s.split_once("..") {
         Some((a, b)) => n(a)?..=n(b)?,
@@ -130,6 +150,30 @@ fn parse_sessions(s: &str) -> Result<RangeInclusive<u32>, String> {
         return Err(format!("`{s}` is an empty range"));
     }
     Ok(range)
+}
+
+fn parse_one_session(s: &str) -> Result<u32, String> {
+    let range = parse_sessions(s)?;
+    if range.start() != range.end() {
+        return Err(format!("`{s}`: one number of sessions here"));
+    }
+    Ok(*range.start())
+}
+
+/// σ of a log-normal: finite, not negative (0: every replay takes the nominal durations).
+fn parse_sigma(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("`{s}` is not a finite σ ≥ 0")),
+    }
+}
+
+/// A slow-down factor: finite, at least 1 (1: two kernels at once run at full speed each).
+fn parse_contention(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 1.0 => Ok(x),
+        _ => Err(format!("`{s}` is not a finite slow-down ≥ 1")),
+    }
 }
 
 fn load(path: &Path) -> Result<Config> {
@@ -168,7 +212,7 @@ fn rates(args: &RatesArgs) -> Result<()> {
                     "racing_replays": rate.racing_replays,
                     "replays": rate.replays,
                 });
-                println!("{line}");
+                say!("{line}")?;
             } else {
                 row.push(format!("{:.1} %", 100.0 * rate.fraction()));
             }
@@ -176,13 +220,15 @@ fn rates(args: &RatesArgs) -> Result<()> {
         table.push(row);
     }
     if !args.json {
-        println!(
+        say!(
             "sessions corrupted ({} trials × {} replays, seed {})",
-            workload.trials, workload.replays, workload.seed
-        );
+            workload.trials,
+            workload.replays,
+            workload.seed
+        )?;
         let mut header = vec!["sessions".to_string()];
         header.extend(configs.iter().map(|c| c.name.clone()));
-        print_table(&header, &table);
+        print_table(&header, &table)?;
     }
     Ok(())
 }
@@ -192,19 +238,19 @@ fn check(args: &OneArgs) -> Result<()> {
     let captured = captured(&config, args.sessions)?;
     let report = captured.check();
     if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+        say!("{}", serde_json::to_string(&report)?)?;
         return Ok(());
     }
-    println!(
+    say!(
         "{} at {} sessions: {} kernels; races: {}, latent hazards: {}",
         config.name,
         args.sessions,
         captured.graph.nodes.len(),
         report.races().count(),
         report.findings.len() - report.races().count()
-    );
+    )?;
     for f in &report.findings {
-        println!("  {f}");
+        say!("  {f}")?;
     }
     Ok(())
 }
@@ -216,24 +262,30 @@ fn timeline(args: &OneArgs) -> Result<()> {
         captured.first_racing_replay(args.load.timing(), args.load.workload())
     else {
         if args.json {
-            println!("null");
+            say!("null")?;
         } else {
-            println!(
+            say!(
                 "{} at {} sessions: no replay collided in {} trials × {} replays",
-                config.name, args.sessions, args.load.trials, args.load.replays
-            );
+                config.name,
+                args.sessions,
+                args.load.trials,
+                args.load.replays
+            )?;
         }
         return Ok(());
     };
     if args.json {
-        println!("{}", serde_json::json!({"draw": draw, "replay": replay}));
+        say!("{}", serde_json::json!({"draw": draw, "replay": replay}))?;
         return Ok(());
     }
     let g = &captured.graph;
-    println!(
+    say!(
         "{} at {} sessions: trial {}, replay {}",
-        config.name, args.sessions, draw.trial, draw.replay
-    );
+        config.name,
+        args.sessions,
+        draw.trial,
+        draw.replay
+    )?;
     let rows: Vec<Vec<String>> = replay
         .spans
         .iter()
@@ -250,9 +302,9 @@ fn timeline(args: &OneArgs) -> Result<()> {
     print_table(
         &["kernel", "stream", "start µs", "end µs"].map(String::from),
         &rows,
-    );
+    )?;
     for c in &replay.collisions {
-        println!(
+        say!(
             "collision: {} {} `{}` while {} writes `{}` ({:.1}–{:.1} µs): sessions {}..{}",
             g.nodes[c.victim_node].kernel.name,
             if c.victim.write { "writes" } else { "reads" },
@@ -263,12 +315,12 @@ fn timeline(args: &OneArgs) -> Result<()> {
             c.window_us.end,
             c.sessions.start,
             c.sessions.end
-        );
+        )?;
     }
     Ok(())
 }
 
-fn print_table(header: &[String], rows: &[Vec<String>]) {
+fn print_table(header: &[String], rows: &[Vec<String>]) -> std::io::Result<()> {
     let width = |i: usize| {
         rows.iter()
             .map(|r| r[i].chars().count())
@@ -283,12 +335,13 @@ fn print_table(header: &[String], rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(c, w)| format!("{c:>w$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        say!("{}", padded.join("  ").trim_end())
     };
-    line(header);
+    line(header)?;
     for r in rows {
-        line(r);
+        line(r)?;
     }
+    Ok(())
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -303,6 +356,8 @@ fn run(cli: Cli) -> Result<()> {
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
+        // `graphrace … | head`: the reader left; not an error.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             for cause in e.chain().skip(1) {
@@ -311,4 +366,11 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
+    })
 }

@@ -64,6 +64,10 @@ pub struct Captured {
     pub graph: Graph,
 }
 
+/// The most concurrent sessions a step is built for: the step's tensors and the replay's rows
+/// grow with it, and the incident's server ran about a hundred.
+pub const MAX_SESSIONS: u32 = 100_000;
+
 impl Captured {
     pub fn new(config: &Config, sessions: u32) -> Result<Captured, CaptureError> {
         Captured::with_costs(config, sessions, &Costs::default())
@@ -74,6 +78,12 @@ impl Captured {
         sessions: u32,
         costs: &Costs,
     ) -> Result<Captured, CaptureError> {
+        if sessions > MAX_SESSIONS {
+            return Err(CaptureError::TooManySessions {
+                sessions,
+                max: MAX_SESSIONS,
+            });
+        }
         Ok(Captured {
             config: config.clone(),
             graph: capture(&decode_step_with(config, sessions, costs))?,

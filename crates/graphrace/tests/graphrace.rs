@@ -404,3 +404,72 @@ fn cli_malformed_configurations_name_file_line_and_reason() {
         );
     }
 }
+
+/// Arguments that used to loop forever, print nonsense rates or abort on allocation are refused
+/// before any work, naming the argument and the bound.
+#[test]
+fn cli_absurd_arguments_are_refused_before_any_work() {
+    let config = "repro/graphrace/incident.toml";
+    for (args, says) in [
+        (vec!["--sigma", "nan"], "not a finite σ ≥ 0"),
+        (vec!["--sigma", "inf"], "not a finite σ ≥ 0"),
+        (vec!["--sigma=-0.5"], "not a finite σ ≥ 0"),
+        (vec!["--contention", "nan"], "not a finite slow-down ≥ 1"),
+        (vec!["--contention", "inf"], "not a finite slow-down ≥ 1"),
+        (vec!["--contention", "0"], "not a finite slow-down ≥ 1"),
+        (vec!["--contention=-1"], "not a finite slow-down ≥ 1"),
+        (vec!["--trials", "0"], "0 is not in 1.."),
+        (vec!["--replays", "0"], "0 is not in 1.."),
+        (vec!["--sessions", "4294967295"], "more than the 100000"),
+    ] {
+        for command in [vec![], vec!["check"], vec!["timeline"]] {
+            let mut all = command.clone();
+            all.extend(["--config", config]);
+            all.extend(args.iter().copied());
+            let out = graphrace(&all);
+            assert_eq!(out.status.code(), Some(2), "{all:?}: {}", text(&out.stderr));
+            assert!(
+                text(&out.stderr).contains(says),
+                "{all:?}: {}",
+                text(&out.stderr)
+            );
+        }
+    }
+    let out = graphrace(&["check", "--config", config, "--sessions", "0"]);
+    assert!(text(&out.stderr).contains("not a positive number of sessions"));
+    // The library holds the same bound.
+    let c = graphrace::Config::parse(
+        config,
+        &std::fs::read_to_string(root().join(config)).unwrap(),
+    );
+    let too_many = graphrace::Captured::new(&c.unwrap(), graphrace::MAX_SESSIONS + 1);
+    assert!(matches!(
+        too_many,
+        Err(graphrace::CaptureError::TooManySessions { .. })
+    ));
+}
+
+/// `graphrace … | head`: the reader leaving is not an error.
+#[test]
+fn cli_a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_graphrace"))
+        .args([
+            "--config",
+            "repro/graphrace/incident.toml",
+            "--sessions",
+            "10..100",
+        ])
+        .args(["--replays", "20", "--trials", "1", "--json"])
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut first = [0u8; 1];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // stdout is dropped (closed) here, as `head -c 1` would.
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}

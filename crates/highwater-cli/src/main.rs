@@ -67,7 +67,11 @@ fn main() -> ExitCode {
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
+        let io = c.downcast_ref::<std::io::Error>().map(std::io::Error::kind);
+        // `serde_json::to_writer` wraps the write's error in its own.
+        let json = c
+            .downcast_ref::<serde_json::Error>()
+            .and_then(serde_json::Error::io_error_kind);
+        io.or(json) == Some(ErrorKind::BrokenPipe)
     })
 }

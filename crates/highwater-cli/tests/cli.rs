@@ -428,3 +428,24 @@ fn fit_refuses_bad_input_before_any_work() {
         text(&out.stderr)
     );
 }
+
+/// `highwater simulate --json | head`: the reader leaving is not an error.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_highwater"))
+        .args(["simulate", "--recipe", "repro/recipes/small.toml"])
+        .args(["--seeds", "1..40", "--json"])
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut first = [0u8; 1];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // stdout is dropped (closed) here, as `head -c 1` would.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
