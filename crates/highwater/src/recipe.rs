@@ -390,11 +390,24 @@ impl Recipe {
             .and_then(|p| p.checked_mul(per_param))
             .and_then(|b| b.checked_add(*r.persistent_bytes.get_ref()));
         if weight_bytes.is_none() {
-            let (field, v) = if r.params.get_ref() >= r.persistent_bytes.get_ref() {
-                ("rest_of_model.params", &r.params)
-            } else {
-                ("rest_of_model.persistent_bytes", &r.persistent_bytes)
-            };
+            // The largest term's largest factor: an expert size, or the rest of the model.
+            let experts = [
+                ("model.n_experts", &m.n_experts),
+                ("model.d_model", &m.d_model),
+                ("model.d_ffn", &m.d_ffn),
+            ]
+            .into_iter()
+            .max_by_key(|(_, v)| *v.get_ref())
+            .expect("three factors");
+            let rest = [
+                ("rest_of_model.params", &r.params),
+                ("rest_of_model.persistent_bytes", &r.persistent_bytes),
+            ]
+            .into_iter()
+            .max_by_key(|(_, v)| *v.get_ref())
+            .expect("two terms");
+            let experts_larger = expert_params >= *rest.1.get_ref();
+            let (field, v) = if experts_larger { experts } else { rest };
             return Err(err(
                 field,
                 v.span(),
@@ -534,6 +547,19 @@ mod tests {
                 other => panic!("{key} = {huge}: {other:?}"),
             }
         }
+        // The experts' weights overflowing only with gradients and optimizer state.
+        let text = SMALL.replace("d_model = 768", "d_model = 70368744177664");
+        let e = Recipe::parse("x.toml", &text).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RecipeError::Invalid {
+                    field: "model.d_model",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // Two factors that overflow only together: the larger is blamed.
         let text = SMALL
             .replace("n_experts = 3", "n_experts = 4294967296")
