@@ -113,6 +113,11 @@ impl DeviceMemory {
         std::mem::take(&mut self.books().peak_in_use)
     }
 
+    /// Whether `bytes` in use would be a new peak since the last [`Self::take_peak_in_use`].
+    pub(crate) fn may_pass_peak_in_use(&self, bytes: u64) -> bool {
+        bytes > self.books().peak_in_use
+    }
+
     pub(crate) fn in_use_seen(&self, bytes: u64) {
         let mut books = self.books();
         books.peak_in_use = books.peak_in_use.max(bytes);

@@ -49,6 +49,9 @@ pub type CudaCompiler = CppCompiler<CudaDialect<CudaWmmaCompiler>>;
 pub struct DryStream {
     memory: MemoryManagement<DryStorage>,
     errors: Vec<ServerError>,
+    /// At least the pool's bytes in use now: the last count plus every reservation since
+    /// (frees since only lower it), so the pool is counted only when the peak may have moved.
+    in_use_bound: u64,
 }
 
 /// Makes streams as cubecl-cuda's `CudaStreamBackend` does, over the shared device memory.
@@ -74,6 +77,7 @@ impl EventStreamBackend for DryStreamBackend {
                 MemoryManagementOptions::new("Main GPU Memory"),
             ),
             errors: Vec::new(),
+            in_use_bound: 0,
         }
     }
 
@@ -217,11 +221,18 @@ fn reserve_and_bind(
     memory: ManagedMemoryHandle,
 ) -> Result<(), IoError> {
     let cursor = streams.cursor;
-    let pool = &mut streams.current().memory;
+    let stream = streams.current();
     device_memory.requesting(size);
-    let reserved = pool.reserve(size)?;
-    pool.bind(reserved, memory, cursor)?;
-    device_memory.in_use_seen(pool.memory_usage().bytes_in_use);
+    let reserved = stream.memory.reserve(size)?;
+    stream.memory.bind(reserved, memory, cursor)?;
+    // Bytes in use only grow here, by `size` (every pool counts a slice at its requested size).
+    // Counting them walks every page's slices, so it is done only when the bound could pass
+    // the peak: the peak stays exact at a fraction of the cost.
+    stream.in_use_bound += size;
+    if device_memory.may_pass_peak_in_use(stream.in_use_bound) {
+        stream.in_use_bound = stream.memory.memory_usage().bytes_in_use;
+        device_memory.in_use_seen(stream.in_use_bound);
+    }
     Ok(())
 }
 
