@@ -452,24 +452,17 @@ fn cli_absurd_arguments_are_refused_before_any_work() {
 /// `graphrace … | head`: the reader leaving is not an error.
 #[test]
 fn cli_a_closed_pipe_ends_quietly() {
-    use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_graphrace"))
-        .args([
-            "--config",
-            "repro/graphrace/incident.toml",
-            "--sessions",
-            "10..100",
-        ])
-        .args(["--replays", "20", "--trials", "1", "--json"])
-        .current_dir(root())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    let mut first = [0u8; 1];
-    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
-    // stdout is dropped (closed) here, as `head -c 1` would.
-    let out = child.wait_with_output().unwrap();
+    let out = snapshots::read_one_byte_then_close(
+        Command::new(env!("CARGO_BIN_EXE_graphrace"))
+            .args([
+                "--config",
+                "repro/graphrace/incident.toml",
+                "--sessions",
+                "10..100",
+            ])
+            .args(["--replays", "20", "--trials", "1", "--json"])
+            .current_dir(root()),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }

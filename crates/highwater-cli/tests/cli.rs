@@ -387,65 +387,45 @@ fn fit_finds_the_largest_batch_and_where_the_next_one_dies() {
 
 #[test]
 fn fit_refuses_bad_input_before_any_work() {
-    let out = highwater(&["fit", "repro/models/decoder.toml", "--card", "16 furlongs"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("not a unit"),
-        "{}",
-        text(&out.stderr)
-    );
-
-    let out = highwater(&[
-        "fit",
-        "repro/models/decoder.toml",
-        "--batch",
-        "18446744073709551615",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("larger than"),
-        "{}",
-        text(&out.stderr)
-    );
-
-    let out = highwater(&["fit", "crates/highwater/tests/fixtures/bad-zero-batch.toml"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("bad-zero-batch.toml:2: `model.batch` must be at least 1"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = highwater(&[
-        "fit",
-        "repro/models/decoder.toml",
-        "--card",
-        "no/such/card.json",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("no/such/card.json"),
-        "{}",
-        text(&out.stderr)
-    );
+    // Arguments, exit status (2: clap refused it), what stderr says.
+    let decoder = "repro/models/decoder.toml";
+    for (args, code, says) in [
+        (vec![decoder, "--card", "16 furlongs"], 2, "not a unit"),
+        (
+            vec![decoder, "--batch", "18446744073709551615"],
+            1,
+            "larger than",
+        ),
+        (
+            vec!["crates/highwater/tests/fixtures/bad-zero-batch.toml"],
+            1,
+            "bad-zero-batch.toml:2: `model.batch` must be at least 1",
+        ),
+        (
+            vec![decoder, "--card", "no/such/card.json"],
+            1,
+            "no/such/card.json",
+        ),
+    ] {
+        let out = highwater(&[&["fit"], args.as_slice()].concat());
+        assert_eq!(out.status.code(), Some(code), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
 }
 
 /// `highwater simulate --json | head`: the reader leaving is not an error.
 #[test]
 fn a_closed_pipe_ends_quietly() {
-    use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_highwater"))
-        .args(["simulate", "--recipe", "repro/recipes/small.toml"])
-        .args(["--seeds", "1..40", "--json"])
-        .current_dir(root())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    let mut first = [0u8; 1];
-    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
-    // stdout is dropped (closed) here, as `head -c 1` would.
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.is_empty(), "{stderr}");
+    let out = snapshots::read_one_byte_then_close(
+        Command::new(env!("CARGO_BIN_EXE_highwater"))
+            .args(["simulate", "--recipe", "repro/recipes/small.toml"])
+            .args(["--seeds", "1..40", "--json"])
+            .current_dir(root()),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }

@@ -529,6 +529,21 @@ fn recorded_plan(
     }
 }
 
+/// A record replays only on a profile of its card: the pools' page sizes follow the total.
+fn same_card(
+    card: &CardProfile,
+    recorded: &highwater::conform::DeviceMemory,
+) -> Result<(), ReplayError> {
+    if card.total_bytes == recorded.total_bytes {
+        Ok(())
+    } else {
+        Err(ReplayError::OtherCard {
+            recorded: recorded.total_bytes,
+            profile: card.total_bytes,
+        })
+    }
+}
+
 /// [`replay`] for a decoder recorded by `highwater rerun --decoder`.
 pub fn replay_decoder(
     record: &DecoderRecord,
@@ -536,12 +551,7 @@ pub fn replay_decoder(
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<(DryOutcome, Exactness), ReplayError> {
-    if card.total_bytes != record.device.total_bytes {
-        return Err(ReplayError::OtherCard {
-            recorded: record.device.total_bytes,
-            profile: card.total_bytes,
-        });
-    }
+    same_card(&card, &record.device)?;
     let plan = recorded_plan(
         &record.steps,
         record.steps_asked,
@@ -561,12 +571,7 @@ pub fn replay(
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<(DryOutcome, Exactness), ReplayError> {
-    if card.total_bytes != record.device.total_bytes {
-        return Err(ReplayError::OtherCard {
-            recorded: record.device.total_bytes,
-            profile: card.total_bytes,
-        });
-    }
+    same_card(&card, &record.device)?;
     let (recipe, plan) = plan_for(record)?;
     let outcome = dry_run(&recipe, &plan, card, autotune)?;
     let exactness = exactness(record, repeats, &outcome.steps, outcome.died.as_ref());

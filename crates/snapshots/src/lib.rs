@@ -39,3 +39,20 @@ pub fn transcript(program: &str, args: &[&str], out: &Output) -> String {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
 }
+
+/// Runs `command` and closes its stdout after the first byte, as `… | head -c 1` would; returns
+/// how it ended. A command-line tool should end quietly, with success, when its reader leaves.
+pub fn read_one_byte_then_close(command: &mut std::process::Command) -> Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut first = [0u8; 1];
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    stdout.read_exact(&mut first).expect("a first byte");
+    drop(stdout);
+    child.wait_with_output().expect("the binary ends")
+}
