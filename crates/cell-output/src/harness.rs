@@ -7,7 +7,9 @@
 //!   so the parent can time each cell and knows which one was running if the process dies;
 //! - for each cell, `RESULTS_DIR/ID.stdout` and `ID.stderr` (the cell's file descriptors 1 and 2
 //!   are redirected there, so output of libraries and child processes is captured too) and
-//!   `ID.value`: the output kind on the first line, its body after (`panic` for a panic).
+//!   `ID.value`: the output kind on the first line, its body after (`panic` for a panic);
+//! - the parent bounds the size of every file this process writes (`RLIMIT_FSIZE`, with
+//!   `SIGXFSZ` ignored): a write past it fails, and `print!` panics with "File too large".
 
 use crate::Output;
 use std::fs::File;
@@ -18,9 +20,12 @@ use std::path::Path;
 use std::sync::Mutex;
 
 unsafe extern "C" {
-    fn dup(fd: i32) -> i32;
+    fn fcntl(fd: i32, cmd: i32, ...) -> i32;
     fn dup2(from: i32, to: i32) -> i32;
 }
+
+/// Linux's `F_DUPFD_CLOEXEC`: a copy that a cell's child processes do not inherit.
+const F_DUPFD_CLOEXEC: i32 = 1030;
 
 /// A cell as the generated crate lists it.
 pub type Cell = (&'static str, fn() -> Output);
@@ -35,8 +40,11 @@ pub fn main(cells: &[Cell]) {
         std::process::exit(2);
     };
     let dir = Path::new(dir);
-    // SAFETY: dup on the process's own standard descriptors; the copies stay open for its life.
-    let (status_fd, err_fd) = unsafe { (dup(1), dup(2)) };
+    // Close-on-exec: a process a cell leaves running must not hold the status channel open, or
+    // the parent could not see this process die. SAFETY: copies of the process's own standard
+    // descriptors; they stay open for its life.
+    let (status_fd, err_fd) =
+        unsafe { (fcntl(1, F_DUPFD_CLOEXEC, 3), fcntl(2, F_DUPFD_CLOEXEC, 3)) };
     if status_fd < 0 || err_fd < 0 {
         eprintln!("cells: cannot duplicate stdout/stderr");
         std::process::exit(2);
@@ -75,6 +83,8 @@ pub fn main(cells: &[Cell]) {
 }
 
 fn run_one(dir: &Path, id: &str, run: fn() -> Output, err_fd: i32) -> (String, String) {
+    // An earlier cell may have deleted the folder (it is blamed for that, not this cell).
+    let _ = std::fs::create_dir_all(dir);
     let redirect = |name: &str, fd: i32| -> std::io::Result<File> {
         let file = File::create(dir.join(format!("{id}.{name}")))?;
         // SAFETY: points fd 1 or 2 at a file we own; restored below.
@@ -95,6 +105,17 @@ fn run_one(dir: &Path, id: &str, run: fn() -> Output, err_fd: i32) -> (String, S
     }
     if let (Err(e), _) | (_, Err(e)) = &files {
         return ("error".into(), format!("cannot capture output: {e}"));
+    }
+    if !dir.is_dir() {
+        let _ = std::fs::create_dir_all(dir);
+        return (
+            "error".into(),
+            format!(
+                "the cell deleted {}, where the engine keeps the cells' outputs; its own output \
+                 is lost",
+                dir.display()
+            ),
+        );
     }
     match result {
         Ok(output) => (output.kind().into(), output.body().into()),

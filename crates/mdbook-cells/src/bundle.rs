@@ -71,6 +71,11 @@ pub enum BundleError {
     Run(std::io::Error),
     #[error("{0} is not a book's root (no book.toml): run-bundle runs from there")]
     NotABook(PathBuf),
+    #[error(
+        "freeze-dir {0} is outside the book: a bundle writes freezes only inside the book it \
+         was built from"
+    )]
+    FreezeOutside(PathBuf),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
@@ -136,6 +141,18 @@ pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRu
         path: manifest.clone(),
         reason: e.to_string(),
     })?;
+    // The manifest says where each freeze goes: only ever inside the book.
+    if let Some(cell) = bundle.cells.iter().find(|c| !inside(&c.freeze)) {
+        return Err(BundleError::Manifest {
+            path: manifest.clone(),
+            reason: format!(
+                "the freeze path {} of {}:{} leaves the book (absolute, or with `..`)",
+                cell.freeze.display(),
+                cell.chapter,
+                cell.line
+            ),
+        });
+    }
     let gpu = gpu_name
         .or_else(freeze::gpu_name)
         .ok_or(BundleError::NoGpu)?;
@@ -186,4 +203,27 @@ pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRu
         }
     }
     Ok(outcome)
+}
+
+/// Whether a relative path stays under the folder it is taken from.
+fn inside(path: &Path) -> bool {
+    path.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    }) && path.components().next().is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freeze_paths_stay_in_the_book() {
+        assert!(inside(Path::new("repro/freeze/a/gpu-1.json")));
+        for outside in ["/etc/passwd", "../x.json", "repro/../../x.json", ""] {
+            assert!(!inside(Path::new(outside)), "{outside}");
+        }
+    }
 }

@@ -19,6 +19,30 @@ pub struct Stored {
     pub body: String,
 }
 
+/// What a cell may return (`cell_output::Output::kind`).
+pub const OUTPUT_KINDS: &[&str] = &["nothing", "text", "markdown", "html", "figure", "table"];
+/// How a cell may fail: returned an error, or the engine saw it fail.
+pub const FAILURE_KINDS: &[&str] = &[
+    "error",
+    "compile",
+    "build",
+    "panic",
+    "timeout",
+    "died",
+    "too-large",
+];
+
+impl Stored {
+    pub fn is_failure(&self) -> bool {
+        FAILURE_KINDS.contains(&self.kind.as_str())
+    }
+
+    /// Whether the kind is one this engine writes; an entry with another was not made here.
+    pub fn kind_is_known(&self) -> bool {
+        self.is_failure() || OUTPUT_KINDS.contains(&self.kind.as_str())
+    }
+}
+
 pub struct Cache {
     outputs: PathBuf,
     _lock: File,
@@ -41,13 +65,14 @@ impl Cache {
         self.outputs.join(format!("{key}.json"))
     }
 
-    /// The stored output, if present and whole; a damaged entry is removed.
+    /// The stored output, if present, whole and of a known kind; any other entry is removed
+    /// (and its cell run again).
     pub fn get(&self, key: &str) -> Option<Stored> {
         let path = self.path(key);
         let bytes = std::fs::read(&path).ok()?;
-        match serde_json::from_slice(&bytes) {
-            Ok(stored) => Some(stored),
-            Err(_) => {
+        match serde_json::from_slice::<Stored>(&bytes) {
+            Ok(stored) if stored.kind_is_known() => Some(stored),
+            _ => {
                 let _ = std::fs::remove_file(&path);
                 None
             }
@@ -125,9 +150,21 @@ impl KeyHasher {
     }
 }
 
+/// The files under `path`. Symbolic links are followed (a `reads:` entry may be one), but each
+/// real folder is walked once: a link back up the tree is a loop, not an endless walk.
 fn collect_files(path: &Path, out: &mut Vec<PathBuf>) {
+    collect_files_once(path, out, &mut HashSet::new());
+}
+
+fn collect_files_once(path: &Path, out: &mut Vec<PathBuf>, walked: &mut HashSet<PathBuf>) {
     if path.is_file() {
         out.push(path.to_path_buf());
+        return;
+    }
+    let Ok(real) = path.canonicalize() else {
+        return;
+    };
+    if !walked.insert(real) {
         return;
     }
     let Ok(entries) = std::fs::read_dir(path) else {
@@ -139,7 +176,7 @@ fn collect_files(path: &Path, out: &mut Vec<PathBuf>) {
         if name.starts_with('.') || name == "target" {
             continue;
         }
-        collect_files(&entry.path(), out);
+        collect_files_once(&entry.path(), out, walked);
     }
 }
 
@@ -168,12 +205,35 @@ mod tests {
         std::fs::write(dir.join("outputs/bb.json"), "{\"stdout\": \"").unwrap();
         assert_eq!(cache.get("bb"), None);
         assert!(!dir.join("outputs/bb.json").exists());
+        // So is one whose kind this engine never writes.
+        let mut odd = stored("x");
+        odd.kind = "script".into();
+        cache.put("bb", &odd).unwrap();
+        assert_eq!(cache.get("bb"), None);
         cache.put("cc", &stored("three")).unwrap();
         let removed = cache.retain(&HashSet::from(["cc".to_string()])).unwrap();
         assert_eq!(removed, 1);
         assert_eq!(cache.get("aa"), None);
         assert_eq!(cache.get("cc"), Some(stored("three")));
         drop(cache);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_loop_is_walked_once() {
+        let dir = std::env::temp_dir().join(format!("cells-loop-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data/sub")).unwrap();
+        std::fs::write(dir.join("data/sub/a.txt"), "a").unwrap();
+        std::os::unix::fs::symlink(dir.join("data"), dir.join("data/sub/up")).unwrap();
+        std::os::unix::fs::symlink("a.txt", dir.join("data/sub/alias.txt")).unwrap();
+        let mut files = Vec::new();
+        collect_files(&dir.join("data"), &mut files);
+        files.sort();
+        assert_eq!(
+            files,
+            [dir.join("data/sub/a.txt"), dir.join("data/sub/alias.txt")]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -125,6 +125,18 @@ impl Config {
                 "unknown key `{key}` in [preprocessor.cells]{hint}"
             )));
         }
+        if !(1..=crate::execute::MAX_TIMEOUT_S).contains(&self.timeout) {
+            return Err(Error::Config(format!(
+                "timeout = {} is out of range: a cell's timeout is 1 to {} seconds",
+                self.timeout,
+                crate::execute::MAX_TIMEOUT_S
+            )));
+        }
+        if self.output_limit == 0 {
+            return Err(Error::Config(
+                "output-limit = 0 would cut every output; it is a number of bytes".into(),
+            ));
+        }
         let inside_src = |dir: &Path| root.join(dir).starts_with(root.join(src_dir));
         for (key, dir) in [
             ("cache-dir", Some(&self.cache_dir)),
@@ -198,6 +210,19 @@ mod tests {
             msg.contains("`timout`") && msg.contains("did you mean `timeout`"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn timeouts_and_limits_out_of_range_are_refused() {
+        for (toml, word) in [
+            ("timeout = 0", "timeout = 0 is out of range"),
+            ("timeout = 86401", "1 to 86400 seconds"),
+            ("output-limit = 0", "output-limit = 0"),
+        ] {
+            let err = parse(toml).validate(Path::new("/b"), Path::new("src"));
+            let msg = err.unwrap_err().to_string();
+            assert!(msg.contains(word), "{toml}: {msg}");
+        }
     }
 
     #[test]

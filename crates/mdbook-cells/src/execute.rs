@@ -2,6 +2,7 @@
 //! hangs (killed at its timeout) or takes the process down (abort, stack overflow, signal).
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -35,6 +36,8 @@ pub enum End {
     TimedOut(Duration),
     /// The process died while the cell ran.
     Died(String),
+    /// The cell's value (markup) is over the output limit.
+    TooLarge(String),
 }
 
 impl Ran {
@@ -48,6 +51,7 @@ impl Ran {
                 format!("killed after {} s (the cell's timeout)", t.as_secs()),
             ),
             End::Died(why) => ("died".into(), why),
+            End::TooLarge(why) => ("too-large".into(), why),
         };
         Stored {
             stdout: self.stdout,
@@ -57,6 +61,10 @@ impl Ran {
         }
     }
 }
+
+/// The longest a cell may be given (a day): a timeout is a bound on a hang, and a larger one
+/// would overflow the clock's arithmetic long before it meant anything.
+pub const MAX_TIMEOUT_S: u64 = 24 * 60 * 60;
 
 /// How long the harness may take to start the next cell (process start-up, dynamic linking).
 const START_GRACE: Duration = Duration::from_secs(30);
@@ -74,14 +82,34 @@ pub fn run_all(
     let mut rest: &[Job] = jobs;
     while !rest.is_empty() {
         let harness_stderr = results.join("harness.stderr");
-        let mut child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg(results)
             .args(rest.iter().map(|j| &j.module))
             .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&harness_stderr)?)
-            .spawn()?;
+            // Its own process group, so that whatever the cells start dies with it.
+            .process_group(0);
+        let max_file = file_size_limit(output_limit);
+        // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs between fork
+        // and exec.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: max_file,
+                    rlim_max: max_file,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // A write past the limit fails (EFBIG) instead of killing the process.
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let mut child = command.spawn()?;
         let lines = status_lines(&mut child);
         let mut finished = 0;
         for job in rest {
@@ -97,14 +125,14 @@ pub fn run_all(
                     finished += 1;
                 }
                 Wait::Timeout => {
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    end_group(&mut child);
                     done.push((job.module.clone(), files.ended(End::TimedOut(job.timeout))));
                     finished += 1;
                     break;
                 }
                 Wait::Closed => {
                     let status = child.wait()?;
+                    end_group(&mut child);
                     let stderr = std::fs::read(&harness_stderr).unwrap_or_default();
                     let stderr = clip(stderr, output_limit);
                     let why = describe_exit(status, &stderr);
@@ -114,11 +142,28 @@ pub fn run_all(
                 }
             }
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        end_group(&mut child);
         rest = &rest[finished..];
     }
     Ok(done)
+}
+
+/// Bytes any file the cells' process writes may reach: the output limit, plus room for a
+/// value's kind line and for telling "at the limit" from "past it".
+fn file_size_limit(output_limit: usize) -> u64 {
+    (output_limit as u64).saturating_add(FILE_SLACK)
+}
+
+const FILE_SLACK: u64 = 4096;
+
+/// Kills the cells' process and everything it started (its process group), and reaps it.
+fn end_group(child: &mut Child) {
+    // SAFETY: a plain kill(2) of the group this module created with the child's pid as id.
+    unsafe {
+        libc::kill(-(child.id() as i32), libc::SIGKILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 enum Wait {
@@ -128,7 +173,7 @@ enum Wait {
 }
 
 fn wait_for(lines: &Receiver<String>, expected: &str, timeout: Duration) -> Wait {
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + timeout.min(Duration::from_secs(MAX_TIMEOUT_S));
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
@@ -205,12 +250,37 @@ impl Files {
     }
 
     fn finished(&self) -> Ran {
-        let value = self.read("value");
-        let end = match value.as_deref().and_then(|v| v.split_once('\n')) {
-            Some(("panic", msg)) => End::Panicked(msg.to_string()),
+        let path = self.base.with_extension("value");
+        let value = std::fs::File::open(&path).ok().and_then(|file| {
+            let mut bytes = Vec::new();
+            file.take(file_size_limit(self.limit))
+                .read_to_end(&mut bytes)
+                .ok()?;
+            let _ = std::fs::remove_file(&path);
+            Some(bytes)
+        });
+        let value = value.as_deref().and_then(|v| {
+            let at = v.iter().position(|b| *b == b'\n')?;
+            Some((String::from_utf8_lossy(&v[..at]).into_owned(), &v[at + 1..]))
+        });
+        let end = match value {
+            Some((kind, msg)) if kind == "panic" => {
+                End::Panicked(clip(msg.to_vec(), self.limit) + &past_the_limit(msg, self.limit))
+            }
+            // Text is shown escaped: cut, it is still text.
+            Some((kind, body)) if kind == "text" => End::Value {
+                kind,
+                body: clip(body.to_vec(), self.limit),
+            },
+            // Markup cut anywhere could end inside a tag or an attribute: refused whole.
+            Some((kind, body)) if body.len() > self.limit => End::TooLarge(format!(
+                "the cell's {kind} output is over the book's output-limit of {} bytes; make it \
+                 smaller, or raise `output-limit` under [preprocessor.cells]",
+                self.limit
+            )),
             Some((kind, body)) => End::Value {
-                kind: kind.to_string(),
-                body: body.to_string(),
+                kind,
+                body: String::from_utf8_lossy(body).into_owned(),
             },
             None => End::Died("the cell ran but left no result".into()),
         };
@@ -218,10 +288,30 @@ impl Files {
     }
 }
 
-/// Bytes to text: invalid UTF-8 shown lossily, anything past `limit` cut with a note.
+/// Why a write failed, when a panic says a file grew past the process's size limit.
+fn past_the_limit(panic: &[u8], limit: usize) -> String {
+    let efbig = String::from_utf8_lossy(panic).contains("(os error 27)");
+    if efbig {
+        format!(
+            "\n(the cell wrote more than the book's output-limit of {limit} bytes to one file; \
+             writes past it fail, so a runaway print cannot fill the disk)"
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Bytes to text: invalid UTF-8 shown lossily, anything past `limit` cut (on a character
+/// boundary) with a note.
 pub fn clip(mut bytes: Vec<u8>, limit: usize) -> String {
     let cut = bytes.len() > limit;
     bytes.truncate(limit);
+    if cut && let Err(e) = std::str::from_utf8(&bytes) {
+        // A character split by the cut is dropped, not shown as a replacement character.
+        if e.error_len().is_none() {
+            bytes.truncate(e.valid_up_to());
+        }
+    }
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     if cut {
         text.push_str(&format!(
@@ -240,5 +330,8 @@ mod tests {
         assert_eq!(clip(b"ok\xff".to_vec(), 10), "ok\u{fffd}");
         let text = clip(vec![b'a'; 20], 5);
         assert!(text.starts_with("aaaaa\n… output cut at 5 bytes"));
+        // "é" is two bytes: cut after its first, it goes whole.
+        let text = clip("aé…".as_bytes().to_vec(), 2);
+        assert!(text.starts_with("a\n… output cut"), "{text}");
     }
 }

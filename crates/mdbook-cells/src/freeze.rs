@@ -66,8 +66,7 @@ pub fn record(
     command: &str,
     output: &Stored,
 ) -> std::io::Result<bool> {
-    let same =
-        read(path).is_some_and(|c| c.source == source && &c.output == output && c.gpu == gpu);
+    let same = read(path).is_ok_and(|c| c.source == source && &c.output == output && c.gpu == gpu);
     if same {
         return Ok(false);
     }
@@ -90,9 +89,25 @@ pub fn path(root: &Path, freeze_dir: &Path, chapter: &str, n: usize) -> PathBuf 
         .join(format!("gpu-{n}.json"))
 }
 
-/// The freeze at `path`, if there is a readable one.
-pub fn read(path: &Path) -> Option<Freeze> {
-    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+/// The freeze at `path`, or why there is none, as "the GPU cell … at PATH" goes on: a freeze
+/// holds one output of a known kind (never a failure: those are not frozen).
+pub fn read(path: &Path) -> Result<Freeze, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err("has no frozen output".into());
+        }
+        Err(e) => return Err(format!("has a frozen output that cannot be read ({e})")),
+    };
+    let freeze: Freeze = serde_json::from_str(&text)
+        .map_err(|e| format!("has a frozen output that is not a freeze ({e})"))?;
+    if freeze.output.is_failure() || !freeze.output.kind_is_known() {
+        return Err(format!(
+            "has a frozen output of kind `{}`, which no GPU run freezes",
+            cell_output::escape(&freeze.output.kind.chars().take(40).collect::<String>())
+        ));
+    }
+    Ok(freeze)
 }
 
 /// Writes `freeze` to `path` atomically (a reader sees the old file or the new one).
@@ -123,4 +138,40 @@ pub fn gpu_name() -> Option<String> {
         .trim()
         .to_string();
     (out.status.success() && !name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_freeze_of_an_unknown_kind_or_a_failure_is_refused() {
+        let dir = std::env::temp_dir().join(format!("cells-freeze-{}", std::process::id()));
+        let path = dir.join("gpu-1.json");
+        assert_eq!(read(&path).unwrap_err(), "has no frozen output");
+        let mut freeze = Freeze {
+            source: "s".into(),
+            gpu: "H200".into(),
+            date: "2026-12-01T00:00:00Z".into(),
+            command: COMMAND.into(),
+            output: Stored {
+                stdout: String::new(),
+                stderr: String::new(),
+                kind: "text".into(),
+                body: "ok".into(),
+            },
+        };
+        write(&path, &freeze).unwrap();
+        assert_eq!(read(&path), Ok(freeze.clone()));
+        for kind in ["<script>", "panic"] {
+            freeze.output.kind = kind.into();
+            write(&path, &freeze).unwrap();
+            let why = read(&path).unwrap_err();
+            assert!(why.contains("which no GPU run freezes"), "{why}");
+            assert!(!why.contains('<'), "quoted escaped: {why}");
+        }
+        std::fs::write(&path, "{").unwrap();
+        assert!(read(&path).unwrap_err().contains("not a freeze"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -102,7 +102,7 @@ impl fmt::Display for Report {
 }
 
 /// Bumped whenever the generated code or the stored format changes meaning.
-const ENGINE: &str = concat!("mdbook-cells ", env!("CARGO_PKG_VERSION"), " wire 2");
+const ENGINE: &str = concat!("mdbook-cells ", env!("CARGO_PKG_VERSION"), " wire 3");
 
 /// A cell found in the book, with what it needs to be run and shown.
 struct Found {
@@ -122,6 +122,8 @@ struct Plan {
     /// one is no problem in this build.
     bundling: bool,
     parsed: Vec<Vec<Segment>>,
+    /// Cells where they cannot run (in a list, a blockquote), by chapter.
+    misplaced: Vec<Vec<parse::OptionError>>,
     /// Each chapter's prelude code and its first line.
     preludes: Vec<Option<(String, usize)>>,
     /// Problems with a cell found across cells (a second prelude, a duplicate id).
@@ -196,8 +198,10 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             let (Some(key), Some(stored)) = (&f.key, outcomes.get(&f.module)) else {
                 continue;
             };
-            let deterministic_failure =
-                matches!(stored.kind.as_str(), "compile" | "panic" | "error");
+            let deterministic_failure = matches!(
+                stored.kind.as_str(),
+                "compile" | "panic" | "error" | "too-large"
+            );
             if !is_failure(&stored.kind)
                 || (plan.cell(f).options.expect_fail && deterministic_failure)
             {
@@ -271,7 +275,13 @@ fn freeze_gpu_outputs(
 /// Parses every chapter, finds each one's prelude, and keys every runnable cell; `gpu_compiled`:
 /// GPU cells are compiled too (to run here or to be bundled).
 fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> Plan {
-    let parsed: Vec<Vec<Segment>> = docs.iter().map(|d| parse::split(&d.content)).collect();
+    let (parsed, misplaced): (Vec<Vec<Segment>>, Vec<Vec<parse::OptionError>>) = docs
+        .iter()
+        .map(|d| {
+            let chapter = parse::split(&d.content);
+            (chapter.segments, chapter.misplaced)
+        })
+        .unzip();
     let mut preludes: Vec<Option<(String, usize)>> = vec![None; docs.len()];
     let mut cell_errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
     for (d, segments) in parsed.iter().enumerate() {
@@ -345,6 +355,7 @@ fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> 
     Plan {
         bundling: false,
         parsed,
+        misplaced,
         preludes,
         cell_errors,
         cells,
@@ -439,12 +450,15 @@ fn compile_and_run(
             };
             match (&f.freeze, gpu) {
                 (Some((freeze, source)), GpuCells::Bundle(_)) => {
+                    let Ok(freeze) = freeze.strip_prefix(root) else {
+                        return Err(bundle::BundleError::FreezeOutside(freeze.clone()).into());
+                    };
                     to_bundle.push(bundle::BundledCell {
                         module: job.module,
                         chapter: docs[f.doc].source.clone(),
                         line: plan.cell(f).fence_line,
                         timeout_s: secs,
-                        freeze: freeze.strip_prefix(root).unwrap_or(freeze).to_path_buf(),
+                        freeze: freeze.to_path_buf(),
                         source: source.clone(),
                     })
                 }
@@ -500,18 +514,23 @@ fn render_pages(
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
             let Some(id) = &c.options.id else { continue };
+            // The first cell to take an id keeps it: references lead there, and a duplicate
+            // gets no anchor and no number.
+            if let Some(first) = labels.get(id) {
+                plan.cell_errors.entry((d, s)).or_default().push(format!(
+                    "id `{id}` is already used by {} ({})",
+                    first.name, first.html_path
+                ));
+                continue;
+            }
             let n = counts.entry(&id[..4]).or_insert(0);
             *n += 1;
             let label = Label {
+                id: id.clone(),
                 name: render::label_name(id, docs[d].number.as_deref(), *n),
                 html_path: docs[d].html_path.clone(),
             };
-            if labels.insert(id.clone(), label.clone()).is_some() {
-                plan.cell_errors
-                    .entry((d, s))
-                    .or_default()
-                    .push(format!("id `{id}` is used by another cell in the book"));
-            }
+            labels.insert(id.clone(), label.clone());
             label_of.insert((d, s), label);
         }
     }
@@ -531,6 +550,13 @@ fn render_pages(
         .collect();
     for (d, segments) in plan.parsed.iter().enumerate() {
         let doc = &docs[d];
+        for m in &plan.misplaced[d] {
+            report.problems.push(Problem {
+                file: doc.source.clone(),
+                line: m.line,
+                reason: m.message.clone(),
+            });
+        }
         let mut page = String::with_capacity(doc.content.len());
         for (s, seg) in segments.iter().enumerate() {
             match seg {
@@ -559,7 +585,7 @@ fn render_pages(
                         }
                     } else if let Some((path, source)) = &freeze_at[&(d, s)] {
                         match freeze::read(path) {
-                            Some(f) => {
+                            Ok(f) => {
                                 let stale = &f.source != source;
                                 if stale && !plan.bundling {
                                     report.problems.push(Problem {
@@ -581,13 +607,13 @@ fn render_pages(
                                     stale,
                                 }
                             }
-                            None => {
+                            Err(why) => {
                                 if !plan.bundling {
                                     report.problems.push(Problem {
                                         file: doc.source.clone(),
                                         line: c.fence_line,
                                         reason: format!(
-                                            "the GPU cell has no frozen output at {}; {}",
+                                            "the GPU cell {why} at {}; {}",
                                             path.display(),
                                             freeze::how_to_freeze()
                                         ),
@@ -648,10 +674,7 @@ fn failure(kind: &str, message: &str) -> Stored {
 }
 
 fn is_failure(kind: &str) -> bool {
-    matches!(
-        kind,
-        "compile" | "build" | "panic" | "error" | "timeout" | "died"
-    )
+    cache::FAILURE_KINDS.contains(&kind)
 }
 
 /// What the page shows for a cell that was compiled and run (now or in an earlier build).
@@ -672,6 +695,7 @@ fn shown_for<'a>(cell: &CellBlock, stored: &'a Stored) -> Shown<'a> {
         "panic" => "panicked",
         "error" => "returned an error",
         "timeout" => "timed out",
+        "too-large" => "output over the limit",
         _ => "the cell process died",
     };
     let mut message = stored.body.clone();
@@ -712,8 +736,13 @@ fn lines_before(segments: &[Segment], upto: usize) -> usize {
         .sum()
 }
 
-/// A module name unique in the book and stable while the chapter's cells keep their order.
+/// A module name unique in the book and stable while the chapter's cells keep their order. The
+/// readable stem loses case and punctuation (`a-b.md` and `a_b.md` share it), so a hash of the
+/// exact path keeps two chapters apart.
 fn module_name(source: &str, segment: usize) -> String {
+    let path = KeyHasher::default()
+        .part("chapter", source.as_bytes())
+        .finish();
     let stem: String = source
         .trim_start_matches("src/")
         .trim_end_matches(".md")
@@ -726,7 +755,7 @@ fn module_name(source: &str, segment: usize) -> String {
             }
         })
         .collect();
-    format!("c_{stem}_{segment}")
+    format!("c_{stem}_{}_{segment}", &path[..8])
 }
 
 /// Everything every cell's output depends on besides its own code.
@@ -902,11 +931,16 @@ mod tests {
     }
 
     #[test]
-    fn module_names_are_identifiers() {
-        assert_eq!(
-            module_name("src/part-1/the verdict.md", 3),
-            "c_part_1_the_verdict_3"
-        );
+    fn module_names_are_identifiers_unique_per_chapter() {
+        let name = module_name("src/part-1/the verdict.md", 3);
+        assert!(name.starts_with("c_part_1_the_verdict_"), "{name}");
+        assert!(name.ends_with("_3"));
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        let names: HashSet<String> = ["a-b.md", "a_b.md", "A_b.md", "sub/more.md", "sub_more.md"]
+            .iter()
+            .map(|c| module_name(&format!("src/{c}"), 1))
+            .collect();
+        assert_eq!(names.len(), 5, "{names:?}");
     }
 
     #[test]

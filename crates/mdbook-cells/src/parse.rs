@@ -1,5 +1,6 @@
 //! Finding cells in a chapter's markdown and reading their `//| key: value` options.
 
+use crate::execute::MAX_TIMEOUT_S;
 use std::fmt;
 
 /// A chapter split into prose and cells, in order.
@@ -68,55 +69,105 @@ impl fmt::Display for OptionError {
     }
 }
 
-/// Splits markdown into prose and cells. Fences follow CommonMark: up to three spaces of
-/// indent, three or more backticks or tildes, closed by a fence of the same character at least
-/// as long. Other fenced blocks (a ```` ```rust ```` example showing cell syntax, say) are prose.
-pub fn split(markdown: &str) -> Vec<Segment> {
-    let mut segments = Vec::new();
-    let mut prose = String::new();
-    let mut lines = markdown.split_inclusive('\n').enumerate().peekable();
-    while let Some((index, line)) = lines.next() {
-        let Some(fence) = Fence::open(line) else {
-            prose.push_str(line);
-            continue;
-        };
-        // Collect the block up to its closing fence (or the end of the chapter).
-        let mut body = Vec::new();
-        let mut closing = None;
-        for (_, inner) in lines.by_ref() {
-            if fence.closes(inner) {
-                closing = Some(inner);
-                break;
-            }
-            body.push(inner);
-        }
-        if fence.is_cell() {
-            if !prose.is_empty() {
-                segments.push(Segment::Prose(std::mem::take(&mut prose)));
-            }
-            segments.push(Segment::Cell(CellBlock::new(index + 1, &body)));
-        } else {
-            prose.push_str(line);
-            body.iter().for_each(|l| prose.push_str(l));
-            if let Some(c) = closing {
-                prose.push_str(c);
-            }
-        }
-    }
-    if !prose.is_empty() {
-        segments.push(Segment::Prose(prose));
-    }
-    segments
+/// A chapter split into prose and cells, and the cells it holds where they cannot run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chapter {
+    pub segments: Vec<Segment>,
+    /// A ```` ```cell ```` block inside a blockquote, a list item or a footnote: left as prose
+    /// (mdbook shows it as code), not run, and a problem at its line.
+    pub misplaced: Vec<OptionError>,
 }
 
-struct Fence<'a> {
+/// Splits markdown into prose and cells, reading blocks as mdbook does (pulldown-cmark with
+/// mdbook's extensions), so that what runs is exactly what the page shows as a top-level fenced
+/// block. Other fenced blocks (a ```` ```rust ```` example showing cell syntax, say) are prose;
+/// so is a cell inside an HTML comment or another HTML block (commented out: not run).
+pub fn split(markdown: &str) -> Chapter {
+    use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
+    let options = Options::ENABLE_TABLES
+        | Options::ENABLE_FOOTNOTES
+        | Options::ENABLE_STRIKETHROUGH
+        | Options::ENABLE_TASKLISTS
+        | Options::ENABLE_HEADING_ATTRIBUTES
+        | Options::ENABLE_DEFINITION_LIST
+        | Options::ENABLE_GFM;
+    let line_of = |offset: usize| markdown[..offset].matches('\n').count() + 1;
+    let mut segments = Vec::new();
+    let mut misplaced = Vec::new();
+    let mut containers = 0usize;
+    let mut prose_from = 0;
+    for (event, range) in Parser::new_ext(markdown, options).into_offset_iter() {
+        match event {
+            Event::Start(
+                Tag::BlockQuote(_)
+                | Tag::List(_)
+                | Tag::Item
+                | Tag::FootnoteDefinition(_)
+                | Tag::DefinitionList
+                | Tag::DefinitionListTitle
+                | Tag::DefinitionListDefinition,
+            ) => containers += 1,
+            Event::End(
+                TagEnd::BlockQuote(_)
+                | TagEnd::List(_)
+                | TagEnd::Item
+                | TagEnd::FootnoteDefinition
+                | TagEnd::DefinitionList
+                | TagEnd::DefinitionListTitle
+                | TagEnd::DefinitionListDefinition,
+            ) => containers = containers.saturating_sub(1),
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info))) if is_cell(&info) => {
+                if containers > 0 {
+                    misplaced.push(OptionError {
+                        line: line_of(range.start),
+                        message: "a cell inside a blockquote, list item or footnote is not run; \
+                                  move it to the top level of the chapter (no `>` or list indent)"
+                            .into(),
+                    });
+                    continue;
+                }
+                // Whole lines: from the fence's line to the end of the closing fence's line.
+                let start = markdown[..range.start].rfind('\n').map_or(0, |i| i + 1);
+                let end = if markdown[..range.end].ends_with('\n') {
+                    range.end
+                } else {
+                    markdown[range.end..]
+                        .find('\n')
+                        .map_or(markdown.len(), |i| range.end + i + 1)
+                };
+                let Some(cell) = CellBlock::from_block(line_of(start), &markdown[start..end])
+                else {
+                    continue;
+                };
+                if prose_from < start {
+                    segments.push(Segment::Prose(markdown[prose_from..start].to_string()));
+                }
+                segments.push(Segment::Cell(cell));
+                prose_from = end;
+            }
+            _ => {}
+        }
+    }
+    if prose_from < markdown.len() {
+        segments.push(Segment::Prose(markdown[prose_from..].to_string()));
+    }
+    Chapter {
+        segments,
+        misplaced,
+    }
+}
+
+fn is_cell(info: &str) -> bool {
+    info.split([',', ' ']).next() == Some("cell")
+}
+
+struct Fence {
     marker: char,
     len: usize,
-    info: &'a str,
 }
 
-impl<'a> Fence<'a> {
-    fn open(line: &'a str) -> Option<Fence<'a>> {
+impl Fence {
+    fn open(line: &str) -> Option<Fence> {
         let trimmed = line.trim_start_matches(' ');
         if line.len() - trimmed.len() > 3 {
             return None;
@@ -130,7 +181,7 @@ impl<'a> Fence<'a> {
         if marker == '`' && info.contains('`') {
             return None;
         }
-        Some(Fence { marker, len, info })
+        Some(Fence { marker, len })
     }
 
     fn closes(&self, line: &str) -> bool {
@@ -141,13 +192,18 @@ impl<'a> Fence<'a> {
         let len = trimmed.chars().take_while(|c| *c == self.marker).count();
         len >= self.len && trimmed[len..].trim().is_empty()
     }
-
-    fn is_cell(&self) -> bool {
-        self.info.split([',', ' ']).next() == Some("cell")
-    }
 }
 
 impl CellBlock {
+    /// A cell from its block's text: the opening fence, the body, the closing fence if any.
+    fn from_block(fence_line: usize, block: &str) -> Option<CellBlock> {
+        let lines: Vec<&str> = block.split_inclusive('\n').collect();
+        let fence = Fence::open(lines.first()?)?;
+        let closed = lines.len() > 1 && fence.closes(lines[lines.len() - 1]);
+        let body = &lines[1..lines.len() - usize::from(closed)];
+        Some(CellBlock::new(fence_line, body))
+    }
+
     fn new(fence_line: usize, body: &[&str]) -> CellBlock {
         let mut options = CellOptions::default();
         let mut option_errors = Vec::new();
@@ -160,6 +216,17 @@ impl CellBlock {
             let line = fence_line + 1 + i;
             if let Err(message) = options.set(opt.trim()) {
                 option_errors.push(OptionError { line, message });
+            }
+        }
+        // An option line further down would be a comment the author meant as an option.
+        for (i, raw) in body.iter().enumerate().skip(skip) {
+            if raw.trim_start().starts_with("//|") {
+                option_errors.push(OptionError {
+                    line: fence_line + 1 + i,
+                    message: "an option line after the cell's code began; options go in the \
+                              cell's first lines, before any code or blank line"
+                        .into(),
+                });
             }
         }
         if options.id.is_some() && options.caption.is_none() {
@@ -241,9 +308,12 @@ impl CellOptions {
                     .trim_end_matches('s')
                     .parse::<u64>()
                     .ok()
-                    .filter(|s| *s > 0);
+                    .filter(|s| (1..=MAX_TIMEOUT_S).contains(s));
                 self.timeout = Some(secs.ok_or_else(|| {
-                    format!("option `timeout` takes a whole number of seconds, not `{v}`")
+                    format!(
+                        "option `timeout` takes a whole number of seconds from 1 to at most \
+                         {MAX_TIMEOUT_S}, not `{v}`"
+                    )
                 })?);
             }
             "reads" => {
@@ -305,6 +375,7 @@ mod tests {
 
     fn cells(md: &str) -> Vec<CellBlock> {
         split(md)
+            .segments
             .into_iter()
             .filter_map(|s| match s {
                 Segment::Cell(c) => Some(c),
@@ -316,7 +387,7 @@ mod tests {
     #[test]
     fn finds_cells_and_keeps_other_fences_as_prose() {
         let md = "# T\n\n````markdown\n```cell\nnot a cell\n```\n````\n\n```cell\n//| hide-code\n//| caption: \"Peak\"\n1 + 1\n```\ntail\n";
-        let segs = split(md);
+        let segs = split(md).segments;
         assert_eq!(segs.len(), 3);
         let Segment::Prose(p) = &segs[0] else {
             panic!()
@@ -366,6 +437,52 @@ mod tests {
         let c = &cells("```cell\n//| reads: a.toml, dir/\nlet x = 1;\n")[0];
         assert_eq!(c.options.reads, ["a.toml", "dir/"]);
         assert_eq!(c.code, "let x = 1;\n");
+    }
+
+    #[test]
+    fn only_top_level_cells_run_and_nested_ones_are_flagged() {
+        let md = "> ```cell\n> 1\n> ```\n\n- item\n\n  ```cell\n  2\n  ```\n\n\
+                  1. one\n   - two\n\n     ```cell\n     3\n     ```\n\n\
+                  <!--\n```cell\nstd::fs::remove_dir_all(\"/\").ok()\n```\n-->\n\n\
+                  ```cell\n4\n```\n";
+        let chapter = split(md);
+        let lines: Vec<usize> = chapter.misplaced.iter().map(|m| m.line).collect();
+        assert_eq!(lines, [1, 7, 14], "{:?}", chapter.misplaced);
+        let cells = cells(md);
+        assert_eq!(cells.len(), 1, "only the top-level cell: {cells:?}");
+        assert_eq!((cells[0].code.as_str(), cells[0].fence_line), ("4\n", 24));
+        // Nothing is lost: prose and cells still add up to the chapter.
+        let text: String = chapter
+            .segments
+            .iter()
+            .map(|s| match s {
+                Segment::Prose(p) => p.clone(),
+                Segment::Cell(c) => format!("```cell\n{}```\n", c.code),
+            })
+            .collect();
+        assert_eq!(text, md);
+    }
+
+    #[test]
+    fn an_option_line_after_the_code_began_is_an_error() {
+        let c = &cells("```cell\n\n//| caption: lost\n1\n```\n")[0];
+        assert_eq!(c.options.caption, None);
+        assert_eq!(c.option_errors.len(), 1);
+        assert_eq!(c.option_errors[0].line, 3);
+        assert!(c.option_errors[0].message.contains("cell's first lines"));
+    }
+
+    #[test]
+    fn timeouts_are_bounded() {
+        let c = &cells("```cell\n//| timeout: 18446744073709551615\n1\n```\n")[0];
+        assert!(
+            c.option_errors[0].message.contains("at most 86400"),
+            "{c:?}"
+        );
+        let c = &cells("```cell\n//| timeout: 0\n1\n```\n")[0];
+        assert_eq!(c.option_errors.len(), 1);
+        let c = &cells("```cell\n//| timeout: 600s\n1\n```\n")[0];
+        assert_eq!(c.options.timeout, Some(600));
     }
 
     #[test]

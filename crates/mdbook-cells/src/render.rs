@@ -31,9 +31,10 @@ pub enum Shown<'a> {
     Nothing,
 }
 
-/// A numbered figure or table: "Figure 2.3", and the page it is on.
+/// A numbered figure or table: its id, "Figure 2.3", and the page it is on.
 #[derive(Debug, Clone)]
 pub struct Label {
+    pub id: String,
     pub name: String,
     pub html_path: String,
 }
@@ -57,12 +58,14 @@ pub fn label_name(id: &str, number: Option<&str>, n: usize) -> String {
     }
 }
 
-/// A cell as markdown: its code (unless hidden) and what it showed, inside one `div`.
+/// A cell as markdown: its code (unless hidden) and what it showed, inside one `div`. The
+/// anchor comes from `label`, not the options: a duplicate id gets none, so references and
+/// the page's ids all lead to the first cell that took it.
 pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>) -> String {
     let opts = &block.options;
     let mut out = String::from("\n<div class=\"cell\"");
-    if let Some(id) = &opts.id {
-        let _ = write!(out, " id=\"{}\"", escape(id));
+    if let Some(label) = label {
+        let _ = write!(out, " id=\"{}\"", escape(&label.id));
     }
     out.push_str(">\n\n");
     if !opts.hide_code {
@@ -118,7 +121,7 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
     let pre = |class: &str, text: &str| {
         format!(
             "<pre class=\"{class}\">{}</pre>\n",
-            escape(text.trim_end_matches('\n'))
+            pre_text(text.trim_end_matches('\n'))
         )
     };
     let caption_p = |c: Option<&str>| {
@@ -156,7 +159,7 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
                 out,
                 "<div class=\"{class}\"><div class=\"cell-error-label\">{}</div><pre>{}</pre></div>",
                 escape(label),
-                escape(message.trim_end())
+                pre_text(message.trim_end())
             );
             out.push_str(&caption_p(caption));
         }
@@ -208,6 +211,18 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
 fn without_blank_lines(html: &str) -> String {
     html.lines()
         .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Text for inside a `<pre>`: escaped, and no line left blank. A blank line would end the
+/// raw-HTML block around it (CommonMark), and every later cell of the chapter would land inside
+/// the `<pre>`; a space written as `&#32;` shows the same but is not blank to markdown.
+fn pre_text(text: &str) -> String {
+    // A lone carriage return ends a line too, for markdown.
+    escape(&text.replace("\r\n", "\n").replace('\r', "\n"))
+        .split('\n')
+        .map(|l| if l.trim().is_empty() { "&#32;" } else { l })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -279,6 +294,7 @@ mod tests {
             (
                 "fig-peak".into(),
                 Label {
+                    id: "fig-peak".into(),
                     name: "Figure 2.1".into(),
                     html_path: "part-1/walk.html".into(),
                 },
@@ -286,6 +302,7 @@ mod tests {
             (
                 "tbl-log".into(),
                 Label {
+                    id: "tbl-log".into(),
                     name: "Table 3".into(),
                     html_path: "forensics.html".into(),
                 },
@@ -315,12 +332,31 @@ mod tests {
 
     #[test]
     fn code_fence_outgrows_backticks_in_the_code() {
-        let block = crate::parse::split("```cell\nlet s = \"```\";\n```\n");
+        let block = crate::parse::split("```cell\nlet s = \"```\";\n```\n").segments;
         let crate::parse::Segment::Cell(block) = &block[0] else {
             panic!()
         };
         let html = cell(block, &Shown::Nothing, None);
         assert!(html.contains("````rust,noplayground\nlet s"));
+    }
+
+    #[test]
+    fn failures_with_blank_lines_stay_inside_their_html_block() {
+        let shown = Shown::Failure {
+            label: "panicked".into(),
+            message: "boom\n\n  \nstderr:\r\rthread 'main' <x>".into(),
+            stdout: "a\n\nb\n".into(),
+            expected: false,
+        };
+        let out = shown_html(&shown, None);
+        assert!(
+            !out.lines().any(|l| l.trim().is_empty()),
+            "a blank line would end the raw-HTML block: {out:?}"
+        );
+        assert!(out.contains(
+            "<pre>boom\n&#32;\n&#32;\nstderr:\n&#32;\nthread &#39;main&#39; &lt;x&gt;</pre>"
+        ));
+        assert!(out.contains("<pre class=\"cell-stdout\">a\n&#32;\nb</pre>"));
     }
 
     #[test]

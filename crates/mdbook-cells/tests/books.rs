@@ -270,7 +270,35 @@ document.body.setAttribute('data-svg-probe', found.join(';'));
 
 /// An in-memory chapter for the `&str → String` seam, run with the basic fixture's settings.
 fn run_text(test: &str, markdown: &str, tweak: impl FnOnce(&mut Config)) -> (String, Report) {
-    let root = fixture("basic");
+    run_text_in(&fixture("basic"), test, markdown, tweak)
+}
+
+/// A book root of its own under the test's temporary folder, with the basic fixture's
+/// settings, for tests whose cells or freezes write into the book.
+fn scratch_book(test: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("book-{test}"));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let cell_output = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cell-output");
+    std::fs::write(
+        root.join("book.toml"),
+        format!(
+            "[book]\ntitle = \"{test}\"\n\n[preprocessor.cells]\ntimeout = 20\n\n\
+             [preprocessor.cells.dependencies]\ncell-output = {{ path = {:?} }}\n",
+            cell_output.display().to_string()
+        ),
+    )
+    .unwrap();
+    root
+}
+
+fn run_text_in(
+    root: &Path,
+    test: &str,
+    markdown: &str,
+    tweak: impl FnOnce(&mut Config),
+) -> (String, Report) {
+    let root = root.to_path_buf();
     let mut config = config(&root, &fresh_cache(test));
     tweak(&mut config);
     let mut docs = vec![Document {
@@ -393,9 +421,8 @@ fn gpu_cells_freeze_on_a_gpu_and_render_frozen_elsewhere() {
 
 #[test]
 fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cells-gpu-bundle");
-    let _ = std::fs::remove_dir_all(&tmp);
-    let (freeze, bundle_dir) = (tmp.join("freeze"), tmp.join("bundle"));
+    let root = scratch_book("gpu-bundle");
+    let (freeze, bundle_dir) = (PathBuf::from("freeze"), root.join("bundle"));
     let chapter = "# GPU\n\n```cell\n//| gpu\n6 * 7\n```\n\n```cell\n//| gpu\n\
                    panic!(\"no device\")\n```\n\n```cell\n1 + 1\n```\n";
     let settings = |bundle: bool| {
@@ -407,7 +434,7 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     };
 
     // Here: the CPU cell runs, the GPU cells are compiled into the bundle, not run.
-    let (page, report) = run_text("bundle", chapter, settings(true));
+    let (page, report) = run_text_in(&root, "bundle", chapter, settings(true));
     assert_eq!((report.cells, report.ran), (1, 1), "{report}");
     assert!(page.contains("needs a GPU run"), "{page}");
     let manifest: mdbook_cells::bundle::Bundle = serde_json::from_str(
@@ -422,8 +449,7 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     assert!(bundle_dir.join("cells").exists() && bundle_dir.join("mdbook-cells").exists());
 
     // On the GPU box: the good cell is frozen, the panic is reported at its own chapter line.
-    let run = mdbook_cells::bundle::run(&bundle_dir, &fixture("basic"), Some("Test GPU B1".into()))
-        .unwrap();
+    let run = mdbook_cells::bundle::run(&bundle_dir, &root, Some("Test GPU B1".into())).unwrap();
     assert_eq!(run.frozen.len(), 1, "{run:?}");
     assert_eq!(run.failed.len(), 1, "{run:?}");
     assert!(
@@ -434,7 +460,7 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     );
 
     // Back here: rendered from the freeze, whose badge names both commands.
-    let (page, report) = run_text("bundle", chapter, settings(false));
+    let (page, report) = run_text_in(&root, "bundle", chapter, settings(false));
     assert!(
         page.contains("GPU output recorded on Test GPU B1 at "),
         "{page}"
