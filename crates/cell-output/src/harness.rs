@@ -5,6 +5,8 @@
 //! - argv: `RESULTS_DIR ID…`;
 //! - on the process's original stdout, one line `start ID` before a cell and `end ID` after it,
 //!   so the parent can time each cell and knows which one was running if the process dies;
+//! - after `end ID`, the next cell waits for a line on stdin: the parent has collected this
+//!   cell's files (a later cell cannot touch them first); cells themselves read /dev/null;
 //! - for each cell, `RESULTS_DIR/ID.stdout` and `ID.stderr` (the cell's file descriptors 1 and 2
 //!   are redirected there, so output of libraries and child processes is captured too) and
 //!   `ID.value`: the output kind on the first line, its body after (`panic` for a panic);
@@ -13,7 +15,7 @@
 
 use crate::Output;
 use std::fs::File;
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
@@ -51,6 +53,20 @@ pub fn main(cells: &[Cell]) {
     }
     // SAFETY: status_fd is a fresh descriptor owned by nobody else.
     let mut status = unsafe { File::from_raw_fd(status_fd) };
+    // The parent's "go on" channel, out of the cells' reach: their stdin is /dev/null.
+    // SAFETY: a close-on-exec copy of stdin, then /dev/null put in its place.
+    let control_fd = unsafe { fcntl(0, F_DUPFD_CLOEXEC, 3) };
+    let null = File::open("/dev/null");
+    if control_fd < 0 || null.is_err() {
+        eprintln!("cells: cannot set up the control channel");
+        std::process::exit(2);
+    }
+    if let Ok(null) = &null {
+        // SAFETY: points fd 0 at a file we own.
+        unsafe { dup2(null.as_raw_fd(), 0) };
+    }
+    // SAFETY: control_fd is a fresh descriptor owned by nobody else.
+    let mut control = std::io::BufReader::new(unsafe { File::from_raw_fd(control_fd) });
 
     panic::set_hook(Box::new(|info| {
         let payload = info.payload();
@@ -66,7 +82,12 @@ pub fn main(cells: &[Cell]) {
         *PANIC.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{msg}{at}"));
     }));
 
-    for id in ids {
+    for (i, id) in ids.iter().enumerate() {
+        let mut go = String::new();
+        if i > 0 && !matches!(control.read_line(&mut go), Ok(n) if n > 0) {
+            // The parent is gone or done with this process.
+            std::process::exit(0);
+        }
         let _ = writeln!(status, "start {id}");
         let _ = status.flush();
         let (kind, body) = match cells.iter().find(|(name, _)| name == id) {
@@ -111,8 +132,8 @@ fn run_one(dir: &Path, id: &str, run: fn() -> Output, err_fd: i32) -> (String, S
         return (
             "error".into(),
             format!(
-                "the cell deleted {}, where the engine keeps the cells' outputs; its own output \
-                 is lost",
+                "the cell deleted {} (or a folder above it), where the engine keeps the cells' \
+                 outputs; its own output is lost",
                 dir.display()
             ),
         );

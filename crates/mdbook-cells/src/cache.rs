@@ -81,6 +81,9 @@ impl Cache {
 
     /// Stores atomically: a reader sees the old entry, the new one, or none, never half.
     pub fn put(&self, key: &str, stored: &Stored) -> std::io::Result<()> {
+        // A cell may have deleted the folder while it ran (it is blamed for that); the
+        // outputs of the others are still worth keeping.
+        std::fs::create_dir_all(&self.outputs)?;
         let tmp = self.outputs.join(format!("{key}.tmp"));
         let mut file = File::create(&tmp)?;
         file.write_all(&serde_json::to_vec(stored)?)?;
@@ -91,7 +94,11 @@ impl Cache {
     /// Removes every entry not in `live` (stale outputs of edited or deleted cells).
     pub fn retain(&self, live: &HashSet<String>) -> std::io::Result<usize> {
         let mut removed = 0;
-        for entry in std::fs::read_dir(&self.outputs)? {
+        let entries = match std::fs::read_dir(&self.outputs) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            entries => entries?,
+        };
+        for entry in entries {
             let path = entry?.path();
             let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
             let keep = path.extension().is_some_and(|e| e == "json") && live.contains(stem);

@@ -1,7 +1,7 @@
 //! Running the compiled cells: one child process for all of them, restarted after a cell that
 //! hangs (killed at its timeout) or takes the process down (abort, stack overflow, signal).
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -87,7 +87,7 @@ pub fn run_all(
             .arg(results)
             .args(rest.iter().map(|j| &j.module))
             .current_dir(cwd)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&harness_stderr)?)
             // Its own process group, so that whatever the cells start dies with it.
@@ -109,8 +109,32 @@ pub fn run_all(
                 Ok(())
             });
         }
-        let mut child = command.spawn()?;
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            // A restart after a cell that died or hung, with the binary gone (a cell may have
+            // deleted it): the cells left are not run, and say why.
+            Err(e) if !done.is_empty() => {
+                let why = format!(
+                    "not run: the cells' process could not be started again ({e}); did an \
+                     earlier cell delete {}?",
+                    binary.display()
+                );
+                for job in rest {
+                    done.push((
+                        job.module.clone(),
+                        Ran {
+                            stdout: String::new(),
+                            stderr: String::new(),
+                            end: End::Died(why.clone()),
+                        },
+                    ));
+                }
+                break;
+            }
+            Err(e) => return Err(e),
+        };
         let lines = status_lines(&mut child);
+        let mut go_on = child.stdin.take().expect("stdin is piped");
         let mut finished = 0;
         for job in rest {
             let started = wait_for(&lines, &format!("start {}", job.module), START_GRACE);
@@ -123,6 +147,8 @@ pub fn run_all(
                 Wait::Seen => {
                     done.push((job.module.clone(), files.finished()));
                     finished += 1;
+                    // Only now may the next cell start: its files are collected.
+                    let _ = writeln!(go_on, "next");
                 }
                 Wait::Timeout => {
                     end_group(&mut child);

@@ -552,3 +552,159 @@ fn a_gpu_cell_that_does_not_compile_fails_the_bundle_build_and_leaves_no_bundle(
     );
     assert!(bundle_dir.join("notes.txt").exists(), "other files stay");
 }
+
+/// Cells that misbehave on purpose: each harms only itself, is named for it, and leaves
+/// nothing behind.
+#[test]
+fn hostile_cells_harm_only_themselves() {
+    let chapter = r#"# Hostile
+
+```cell
+// A background process the cell leaves running.
+std::process::Command::new("sleep").arg("300").spawn()?.id().to_string()
+```
+
+```cell
+panic!("first\n\nsecond")
+```
+
+```cell
+std::process::abort()
+```
+
+```cell
+loop {
+    println!("{}", "x".repeat(1000));
+}
+```
+
+```cell
+//| id: fig-big
+//| caption: Too big
+Html("<p class=\"x\">big</p>".repeat(10_000))
+```
+
+```cell
+// Deletes the folder the engine collects the cells' outputs in (its stdout's folder).
+let out = std::fs::read_link("/proc/self/fd/1")?;
+std::fs::remove_dir_all(out.parent().unwrap())?;
+```
+
+```cell
+"still fine"
+```
+
+```cell
+// Deletes the whole cache: the cell crate, its build, the stored outputs.
+let out = std::fs::read_link("/proc/self/fd/1")?;
+std::fs::remove_dir_all(out.parent().unwrap().parent().unwrap())?;
+```
+
+```cell
+"fine too"
+```
+"#;
+    let started = std::time::Instant::now();
+    let (page, report) = run_text("hostile", chapter, |c| c.output_limit = 64 * 1024);
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    let expected = [
+        "src/inline.md:9: cell failed: panicked: first",
+        "src/inline.md:12: cell failed: the cell process died: the cell process was killed by signal 6",
+        "src/inline.md:16: cell failed: panicked: failed printing to stdout: File too large (os error 27)",
+        "src/inline.md:22: cell failed: output over the limit: the cell's html output is over the book's output-limit of 65536 bytes; make it smaller, or raise `output-limit` under [preprocessor.cells]",
+        "src/inline.md:28: cell failed: returned an error: the cell deleted",
+        "src/inline.md:38: cell failed: returned an error: the cell deleted",
+    ];
+    assert_eq!(problems.len(), 6, "{problems:#?}");
+    for (problem, expected) in problems.iter().zip(expected) {
+        assert!(
+            problem.starts_with(expected),
+            "{problem}\ninstead of\n{expected}"
+        );
+    }
+    // A crash is seen at once, not at a timeout held open by the background process.
+    assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
+    assert!(
+        page.contains(">still fine<") && page.contains(">fine too<"),
+        "{page}"
+    );
+    assert!(page.contains("writes past it fail, so a runaway print cannot fill the disk"));
+
+    // The background process died with the cells' process group.
+    let pid = page
+        .split("<pre class=\"cell-output\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .expect("the first cell's pid");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.split(' ').nth(2) == Some("Z"),
+        "pid {pid} still runs: {stat}"
+    );
+
+    // No blank line inside any cell's HTML: every later cell stays outside the `<pre>`.
+    for cell in page.split("<div class=\"cell\"").skip(1) {
+        let html = &cell[cell.find("\n\n<").map_or(0, |i| i + 2)..];
+        let html = &html[..html.find("\n</div>").unwrap_or(html.len())];
+        let output = &html[html.find("```\n\n").map_or(0, |i| i + 5)..];
+        assert!(!output.contains("\n\n"), "a blank line in {output:?}");
+    }
+    // Disk use stays bounded by the limit: nothing over it is left in the results folder.
+    let results = cache_dir("hostile").join("results");
+    for entry in std::fs::read_dir(&results).unwrap() {
+        let len = entry.unwrap().metadata().unwrap().len();
+        assert!(len <= 64 * 1024 + 4096, "{len} bytes left in {results:?}");
+    }
+}
+
+/// Chapters whose names differ only in punctuation each keep their cells; a duplicate id is
+/// flagged where it is duplicated, and references still lead to the first cell that took it.
+#[test]
+fn chapters_that_look_alike_and_duplicate_ids_stay_apart() {
+    let root = fixture("basic");
+    let config = config(&root, &fresh_cache("alike"));
+    let cell = |id: &str, value: &str| {
+        format!("```cell\n//| id: {id}\n//| caption: {value}\n\"{value}\"\n```\n")
+    };
+    let chapter = |source: &str, content: String| Document {
+        source: format!("src/{source}"),
+        html_path: source.replace(".md", ".html"),
+        number: None,
+        content,
+    };
+    let mut docs = vec![
+        chapter("a-b.md", cell("fig-one", "from a-b")),
+        chapter(
+            "a_b.md",
+            format!("{}\nSee @fig-one.\n", cell("fig-one", "from a_b")),
+        ),
+    ];
+    let report = process(&root, &config, &mut docs).unwrap();
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        problems,
+        [
+            "src/a_b.md:1: cell failed: bad cell options: id `fig-one` is already used by Figure 1 (a-b.html)"
+        ]
+    );
+    assert!(
+        docs[0].content.contains(">from a-b</pre>"),
+        "{}",
+        docs[0].content
+    );
+    assert!(
+        docs[0]
+            .content
+            .contains("<div class=\"cell\" id=\"fig-one\">")
+    );
+    assert!(
+        !docs[1].content.contains("id=\"fig-one\""),
+        "{}",
+        docs[1].content
+    );
+    assert!(
+        docs[1]
+            .content
+            .contains("See [Figure 1](a-b.html#fig-one).")
+    );
+}
