@@ -6,6 +6,8 @@ use mdbook_cells::config::Config;
 use mdbook_cells::{Document, Report, process};
 use std::path::{Path, PathBuf};
 
+mod fuzz;
+
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
