@@ -15,6 +15,8 @@ use graphrace::{
 use proptest::prelude::*;
 use snapshots::text;
 
+mod fuzz;
+
 // ---------------------------------------------------------------- random programs
 
 #[derive(Clone, Debug)]

@@ -1,0 +1,46 @@
+//! Configuration files, mutated from the book's own (`repro/graphrace/*.toml`): each parses to a
+//! configuration that captures and checks, or is refused with its file, line and reason — never
+//! a panic or a hang. `FUZZ_SECONDS` / `FUZZ_CASES` set the budget (see `snapshots::fuzz`).
+
+use graphrace::{Captured, Config};
+use snapshots::fuzz::{self, Budget, Verdict};
+use std::path::Path;
+
+#[test]
+fn fuzz_configs() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/graphrace");
+    let mut seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+        .collect();
+    seeds.sort();
+    let tally = fuzz::run(
+        "graphrace-configs",
+        &seeds,
+        Budget::from_env(500),
+        |bytes| {
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                return Verdict::Refused;
+            };
+            match Config::parse("fuzz.toml", text) {
+                Ok(config) => {
+                    let captured = Captured::new(&config, 4).expect("a parsed config captures");
+                    captured.check();
+                    Verdict::Accepted
+                }
+                Err(e) => {
+                    assert_eq!(e.origin, "fuzz.toml");
+                    assert!(
+                        e.line >= 1 && e.line <= text.lines().count().max(1) + 1,
+                        "{e}"
+                    );
+                    assert!(!e.reason.is_empty() && e.reason.len() < 1000, "{e}");
+                    Verdict::Refused
+                }
+            }
+        },
+    );
+    assert!(tally.panics.is_empty(), "{:#?}", tally.panics);
+}
