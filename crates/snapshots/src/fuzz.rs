@@ -63,8 +63,8 @@ impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} cases: {} accepted, {} refused with an error, {} panics, 0 aborts, 0 hangs \
-             (slowest case {:.2} s)",
+            "{} cases: {} accepted, {} refused with an error, {} panics; no abort or hang \
+             (either ends the run before this line) (slowest case {:.2} s)",
             self.cases,
             self.accepted,
             self.refused,
