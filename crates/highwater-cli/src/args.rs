@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use highwater::limits::{MAX_FIGURE_SEEDS, MAX_SEEDS, MAX_STEPS, quote};
 
 /// Simulates, on CPU, the memory pool of a burn 0.21 / CubeCL 0.10 training step, step by
 /// step, and reads the trainer logs of the runs it explains.
@@ -47,12 +48,12 @@ pub struct SimulateArgs {
     /// Recipe file (TOML), e.g. repro/recipes/situ.toml.
     #[arg(long, value_name = "PATH")]
     pub recipe: PathBuf,
-    /// Steps to run [default: the recipe's `training.steps`].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    // Helps with a limit are written by functions below, so that they say it as `limits` sets
+    // it.
+    #[arg(long, value_name = "N", value_parser = parse_steps, help = steps_help())]
     pub steps: Option<u64>,
-    /// Seeds to run: `A..B` (inclusive: `1..3` runs 1, 2 and 3), `A..=B`, or `A,B,C`
-    /// [default: the recipe's `training.seeds`].
-    #[arg(long, value_name = "A..B", value_parser = parse_seeds, conflicts_with = "seed")]
+    #[arg(long, value_name = "A..B", value_parser = parse_seeds, conflicts_with = "seed",
+          help = seeds_help())]
     pub seeds: Option<Seeds>,
     /// One seed.
     #[arg(long, value_name = "N")]
@@ -60,9 +61,30 @@ pub struct SimulateArgs {
     /// One JSON object per run per line on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Also write the per-step high-water figure (SVG) to this file.
-    #[arg(long, value_name = "OUT")]
+    #[arg(long, value_name = "OUT", help = svg_help())]
     pub svg: Option<PathBuf>,
+}
+
+fn steps_help() -> String {
+    format!(
+        "Steps to run, at most {} [default: the recipe's `training.steps`]",
+        MAX_STEPS.max
+    )
+}
+
+fn seeds_help() -> String {
+    format!(
+        "Seeds to run, at most {}: `A..B` (inclusive: `1..3` runs 1, 2 and 3), `A..=B`, or \
+         `A,B,C` [default: the recipe's `training.seeds`]",
+        MAX_SEEDS.max
+    )
+}
+
+fn svg_help() -> String {
+    format!(
+        "Also write the per-step high-water figure (SVG) to this file (at most {} seeds)",
+        MAX_FIGURE_SEEDS.max
+    )
 }
 
 #[derive(Debug, Args)]
@@ -134,7 +156,7 @@ pub struct FitArgs {
     #[arg(long)]
     pub largest_batch: bool,
     /// Steps per run (the bundled models' pools settle by their third step).
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=highwater::limits::MAX_DRY_STEPS.max))]
     pub steps: u64,
     /// Backend [default: the model's].
     #[arg(long, value_enum)]
@@ -183,16 +205,20 @@ fn parse_card(s: &str) -> Result<CardArg, String> {
         _ if t.ends_with(".json") => return Ok(CardArg::Profile(PathBuf::from(s))),
         other => {
             return Err(format!(
-                "`{other}` is not a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+                "`{}` is not a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
+                quote(other)
             ));
         }
     };
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("`{number}` is not a number"))?;
+        .map_err(|_| format!("`{}` is not a number", quote(number)))?;
     let bytes = value * scale as f64;
     if !(1.0..=(1u64 << 50) as f64).contains(&bytes) {
-        return Err(format!("{s} is not a card's memory (1 B to 1 PiB)"));
+        return Err(format!(
+            "{} is not a card's memory (1 B to 1 PiB)",
+            quote(s)
+        ));
     }
     Ok(CardArg::Bytes(bytes as u64))
 }
@@ -262,7 +288,7 @@ fn parse_cap(s: &str) -> Result<CapArg, String> {
         _ => s
             .parse()
             .map(CapArg::Bytes)
-            .map_err(|_| format!("`{s}` is neither a byte count nor `card`")),
+            .map_err(|_| format!("`{}` is neither a byte count nor `card`", quote(s))),
     }
 }
 
@@ -327,28 +353,42 @@ impl From<ActivationArg> for highwater::Activation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seeds(pub Vec<u64>);
 
-/// At most this many seeds in one call (a typo like `1..10000000` should not run for hours).
-const MAX_SEEDS: u64 = 100_000;
+/// `--steps`: refused past [`MAX_STEPS`], the limit a recipe's own steps obey.
+fn parse_steps(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("a run of 0 steps simulates nothing".into()),
+        Ok(n) if MAX_STEPS.allows(n) => Ok(n),
+        Ok(_) => Err(format!("above {MAX_STEPS}")),
+        Err(_) => Err(format!("`{}` is not a number of steps", quote(s))),
+    }
+}
 
+/// `--seeds`: refused past [`MAX_SEEDS`], the limit a recipe's own seeds obey, before a range
+/// is expanded.
 fn parse_seeds(s: &str) -> Result<Seeds, String> {
     let num = |t: &str| {
         t.trim()
             .parse::<u64>()
-            .map_err(|_| format!("`{t}` is not a seed (a whole number ≥ 0)"))
+            .map_err(|_| format!("`{}` is not a seed (a whole number ≥ 0)", quote(t)))
     };
+    let too_many = |n: u128| format!("{n} seeds, above {MAX_SEEDS}");
     if let Some((a, b)) = s.split_once("..") {
         let b = b.strip_prefix('=').unwrap_or(b);
         let (a, b) = (num(a)?, num(b)?);
         if a > b {
-            return Err(format!("the range {s} is empty (start above end)"));
+            return Err(format!("the range {} is empty (start above end)", quote(s)));
         }
-        if b - a >= MAX_SEEDS {
-            return Err(format!("the range {s} has more than {MAX_SEEDS} seeds"));
+        let n = u128::from(b - a) + 1;
+        if n > u128::from(MAX_SEEDS.max) {
+            return Err(too_many(n));
         }
         return Ok(Seeds((a..=b).collect()));
     }
     let seeds = s.split(',').map(num).collect::<Result<Vec<_>, _>>()?;
-    Ok(Seeds(seeds))
+    match seeds.len() as u64 {
+        n if MAX_SEEDS.allows(n) => Ok(Seeds(seeds)),
+        n => Err(too_many(n.into())),
+    }
 }
 
 #[cfg(test)]
@@ -364,6 +404,45 @@ mod tests {
         assert!(parse_seeds("3..1").unwrap_err().contains("empty"));
         assert!(parse_seeds("a..3").unwrap_err().contains("`a`"));
         assert!(parse_seeds("0..100000000").is_err());
+    }
+
+    /// Past the limit a recipe obeys too, by range or by list, naming the limit; the range is
+    /// refused before it is expanded (`0..18446744073709551615` would not fit in memory).
+    #[test]
+    fn seeds_are_capped_like_a_recipes() {
+        assert_eq!(parse_seeds("1..100000").map(|s| s.0.len()), Ok(100_000));
+        for s in [
+            "1..100001".to_string(),
+            "0..=18446744073709551615".to_string(),
+            vec!["7"; 100_001].join(","),
+        ] {
+            let e = parse_seeds(&s).unwrap_err();
+            assert!(e.contains("limits::MAX_SEEDS"), "{e}");
+        }
+    }
+
+    #[test]
+    fn steps_are_capped_like_a_recipes() {
+        assert_eq!(parse_steps("100000"), Ok(100_000));
+        assert!(parse_steps("0").unwrap_err().contains("0 steps"));
+        let e = parse_steps("1000000000000").unwrap_err();
+        assert_eq!(
+            e,
+            "above the limit of 100000 steps per run (limits::MAX_STEPS)"
+        );
+    }
+
+    /// A bad value is quoted cut to a bounded length, whatever was typed.
+    #[test]
+    fn bad_values_are_quoted_cut() {
+        let long = "x".repeat(100_000);
+        for e in [
+            parse_steps(&long).unwrap_err(),
+            parse_seeds(&long).unwrap_err(),
+            parse_seeds(&format!("{long}..3")).unwrap_err(),
+        ] {
+            assert!(e.len() < 200 && e.contains("(100000 bytes)"), "{e}");
+        }
     }
 
     #[test]

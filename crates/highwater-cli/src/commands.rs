@@ -1,11 +1,13 @@
 //! simulate, ledger, forensics: files in, library calls, text out.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow};
-use highwater::forensics::{IncidentTable, LogForensics, parse_log};
+use anyhow::{Context, Result, anyhow, bail};
+use highwater::forensics::{IncidentTable, LogForensics, LogReader, MAX_LINE_BYTES};
+use highwater::limits::{MAX_FIGURE_SEEDS, MAX_RECIPE_BYTES, quote};
 use highwater::recipe::written_name;
 use highwater::{Failure, Recipe, RunReport, Sink, StepRecord, simulate_with};
 use highwater_plot::{HighWaterChart, Series, format_bytes};
@@ -36,17 +38,36 @@ pub(crate) fn load_recipe(path: &Path) -> Result<Recipe> {
 /// [`load_recipe`], and the file's text.
 pub(crate) fn read_recipe(path: &Path) -> Result<(Recipe, String)> {
     let origin = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read recipe {origin}"))?;
+    let text = read_input(path, "recipe")?;
     let recipe = Recipe::parse(&origin, &text).map_err(|e| {
-        let quoted = text
-            .lines()
-            .nth(e.line().saturating_sub(1))
-            .map(|l| format!(" (line {}: `{}`)", e.line(), l.trim()))
-            .unwrap_or_default();
+        let quoted = quoted_line(&text, e.line());
         anyhow!(e).context(format!("invalid recipe {origin}{quoted}"))
     })?;
     Ok((recipe, text))
+}
+
+/// The text of a recipe or model file (`what` names it in errors), read no further than
+/// [`MAX_RECIPE_BYTES`]: a file past it is refused before it is read whole.
+pub(crate) fn read_input(path: &Path, what: &str) -> Result<String> {
+    use std::io::Read as _;
+    let origin = path.display().to_string();
+    let cannot = || format!("cannot read {what} {origin}");
+    let mut bytes = vec![];
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_RECIPE_BYTES.max + 1).read_to_end(&mut bytes))
+        .with_context(cannot)?;
+    if !MAX_RECIPE_BYTES.allows(bytes.len() as u64) {
+        bail!("{what} {origin} is longer than {MAX_RECIPE_BYTES}");
+    }
+    String::from_utf8(bytes).with_context(cannot)
+}
+
+/// ` (line N: `…`)`: the line an error points at, as [`quote`] cuts it; empty past the end.
+pub(crate) fn quoted_line(text: &str, line: usize) -> String {
+    text.lines()
+        .nth(line.saturating_sub(1))
+        .map(|l| format!(" (line {line}: `{}`)", quote(l.trim())))
+        .unwrap_or_default()
 }
 
 fn describe(r: &Recipe) -> String {
@@ -111,6 +132,13 @@ fn simulate(a: SimulateArgs) -> Result<()> {
         (None, Some(s)) => vec![s],
         (None, None) => recipe.seeds.clone(),
     };
+    // The figure keeps every step of every seed: refused before any work past its limit.
+    if a.svg.is_some() && !MAX_FIGURE_SEEDS.allows(seeds.len() as u64) {
+        bail!(
+            "--svg draws a line per seed: {} seeds, above {MAX_FIGURE_SEEDS}",
+            seeds.len()
+        );
+    }
     let total = steps.saturating_mul(seeds.len() as u64);
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::new(total).with_style(
@@ -122,7 +150,10 @@ fn simulate(a: SimulateArgs) -> Result<()> {
         ProgressBar::hidden()
     };
     let mut out = std::io::stdout().lock();
-    let mut reports = Vec::with_capacity(seeds.len());
+    // Each run is reduced, as it ends, to what the table and the figure show: memory stays
+    // bounded by the seeds, not by seeds × steps.
+    let mut rows = vec![];
+    let mut series = vec![];
     for &seed in &seeds {
         bar.set_message(format!("seed {seed}"));
         let report = simulate_with(&recipe, seed, steps, &mut Progress { bar: &bar, steps });
@@ -140,60 +171,63 @@ fn simulate(a: SimulateArgs) -> Result<()> {
             };
             serde_json::to_writer(&mut out, &line).context("cannot write JSON")?;
             writeln!(out).context("cannot write to stdout")?;
+        } else {
+            rows.push(summary_row(&report));
         }
-        reports.push(report);
+        if a.svg.is_some() {
+            series.push(series_of(&recipe, &report));
+        }
     }
     bar.finish_and_clear();
     if !a.json {
         writeln!(out, "{}", describe(&recipe))?;
         writeln!(out, "{steps} steps per seed\n")?;
-        writeln!(out, "{}", summary(&reports))?;
+        writeln!(out, "{}", summary(&rows))?;
     }
     out.flush().context("cannot write to stdout")?;
     if let Some(path) = a.svg {
-        let svg = chart(&recipe, &reports).to_svg();
+        let svg = chart(&recipe, series).to_svg();
         std::fs::write(&path, svg)
             .with_context(|| format!("cannot write the figure to {}", path.display()))?;
     }
     Ok(())
 }
 
-/// Per seed: outcome, high-water, reserved at the end, failures by size.
-fn summary(reports: &[RunReport]) -> String {
-    let rows: Vec<Vec<String>> = reports
+/// One seed's row of the summary: outcome, high-water, reserved at the end, failures by size.
+fn summary_row(r: &RunReport) -> Vec<String> {
+    let outcome = match r.died_at {
+        Some(s) => format!("died at step {s}"),
+        None => format!("survived {} steps", r.steps),
+    };
+    // (requested, page) → count, smallest first.
+    let mut sizes: BTreeMap<(u64, u64), u32> = BTreeMap::new();
+    for f in &r.failures {
+        *sizes.entry((f.requested, f.page)).or_default() += 1;
+    }
+    let sizes = sizes
         .iter()
-        .map(|r| {
-            let outcome = match r.died_at {
-                Some(s) => format!("died at step {s}"),
-                None => format!("survived {} steps", r.steps),
-            };
-            // (requested, page) → count, smallest first.
-            let mut sizes: BTreeMap<(u64, u64), u32> = BTreeMap::new();
-            for f in &r.failures {
-                *sizes.entry((f.requested, f.page)).or_default() += 1;
-            }
-            let sizes = sizes
-                .iter()
-                .map(|((req, page), n)| {
-                    format!("{} ×{n} (page {})", format_bytes(*req), format_bytes(*page))
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            vec![
-                r.seed.to_string(),
-                outcome,
-                size(r.high_water()),
-                size(r.final_reserved()),
-                r.failures.len().to_string(),
-                r.first_failure().map_or("—".into(), |s| s.to_string()),
-                if sizes.is_empty() {
-                    "—".into()
-                } else {
-                    sizes
-                },
-            ]
+        .map(|((req, page), n)| {
+            format!("{} ×{n} (page {})", format_bytes(*req), format_bytes(*page))
         })
-        .collect();
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![
+        r.seed.to_string(),
+        outcome,
+        size(r.high_water()),
+        size(r.final_reserved()),
+        r.failures.len().to_string(),
+        r.first_failure().map_or("—".into(), |s| s.to_string()),
+        if sizes.is_empty() {
+            "—".into()
+        } else {
+            sizes
+        },
+    ]
+}
+
+/// The summary table of [`summary_row`]s.
+fn summary(rows: &[Vec<String>]) -> String {
     render(
         &[
             ("seed", Align::Right),
@@ -204,31 +238,33 @@ fn summary(reports: &[RunReport]) -> String {
             ("first at", Align::Right),
             ("sizes (requested ×count, page)", Align::Left),
         ],
-        &rows,
+        rows,
     )
 }
 
-fn chart(recipe: &Recipe, reports: &[RunReport]) -> HighWaterChart {
+/// One seed's line of the figure: its peak in use per step.
+fn series_of(recipe: &Recipe, r: &RunReport) -> Series {
+    Series {
+        arm: written_name(&recipe.activation),
+        label: format!("seed {}", r.seed),
+        points: r
+            .peak_in_use
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| (u32::try_from(i + 1).unwrap_or(u32::MAX), b))
+            .collect(),
+        died_at: r.died_at.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
+    }
+}
+
+fn chart(recipe: &Recipe, series: Vec<Series>) -> HighWaterChart {
     let file = Path::new(&recipe.origin)
         .file_name()
         .map_or(recipe.origin.clone(), |f| f.to_string_lossy().into_owned());
     HighWaterChart {
         title: format!("{file}: peak bytes in use per step"),
         card_bytes: recipe.card.pool_capacity(),
-        series: reports
-            .iter()
-            .map(|r| Series {
-                arm: written_name(&recipe.activation),
-                label: format!("seed {}", r.seed),
-                points: r
-                    .peak_in_use
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &b)| (u32::try_from(i + 1).unwrap_or(u32::MAX), b))
-                    .collect(),
-                died_at: r.died_at.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
-            })
-            .collect(),
+        series,
     }
 }
 
@@ -253,19 +289,26 @@ fn ledger(a: LedgerArgs) -> Result<()> {
     Ok(())
 }
 
+/// Streams each log through a [`LogReader`]: memory is bounded by what a log says (its
+/// groups and deaths, capped at `MAX_RECORDS`), not by its size. Bytes that are not UTF-8
+/// spoil only their own line; lines cut at `MAX_LINE_BYTES` are noted on stderr.
 fn forensics(a: ForensicsArgs) -> Result<()> {
     let logs = a
         .logs
         .iter()
         .map(|path| {
-            let text = std::fs::read(path)
-                .with_context(|| format!("cannot read log {}", path.display()))?;
-            // Logs may hold stray bytes (a cut multi-byte character, colour codes): read
-            // them lossily rather than refuse the whole log.
-            Ok(parse_log(
-                &path.display().to_string(),
-                &String::from_utf8_lossy(&text),
-            ))
+            let name = path.display().to_string();
+            let file = File::open(path).with_context(|| format!("cannot read log {name}"))?;
+            let mut reader = LogReader::new(&name);
+            reader.read(BufReader::with_capacity(1 << 16, file))?;
+            if reader.clipped_lines() > 0 {
+                eprintln!(
+                    "note: {name}: {} line(s) longer than {MAX_LINE_BYTES} bytes \
+                     (forensics::MAX_LINE_BYTES) were read up to that length",
+                    reader.clipped_lines()
+                );
+            }
+            Ok(reader.finish())
         })
         .collect::<Result<Vec<LogForensics>>>()?;
     let mut out = std::io::stdout().lock();

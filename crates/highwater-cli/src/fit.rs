@@ -4,30 +4,25 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use dryrun::{CardProfile, OnRefusal};
 use highwater::RunReport;
 use highwater::recipe::written_name;
 use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
 
 use crate::args::{CardArg, FitArgs};
-use crate::commands::size;
+use crate::commands::{quoted_line, read_input, size};
 use crate::conform::quietly;
 use crate::table::{Align, render};
 
 /// The largest batch the search tries.
-const BATCH_LIMIT: u64 = 1 << 20;
+const BATCH_LIMIT: u64 = highwater::limits::MAX_SEARCH_BATCH.max;
 
 pub fn fit(a: FitArgs) -> Result<()> {
     let origin = a.model.display().to_string();
-    let text =
-        std::fs::read_to_string(&a.model).with_context(|| format!("cannot read model {origin}"))?;
+    let text = read_input(&a.model, "model")?;
     let mut model = Model::parse(&origin, &text).map_err(|e| {
-        let quoted = text
-            .lines()
-            .nth(e.line().saturating_sub(1))
-            .map(|l| format!(" (line {}: `{}`)", e.line(), l.trim()))
-            .unwrap_or_default();
+        let quoted = quoted_line(&text, e.line());
         anyhow!(e).context(format!("invalid model {origin}{quoted}"))
     })?;
     let (backend, checkpointing) = model.backend();

@@ -34,7 +34,9 @@
 //!
 //! Bad input (unreadable file, malformed recipe, bad range) exits with status 1 and one
 //! message on stderr: what failed, then each cause once (a recipe error names the file, line,
-//! field and reason, and quotes the line). Usage errors exit with clap's status 2.
+//! field and reason, and quotes the line, cut as `highwater::limits::quote` cuts it). Work past
+//! a limit of `highwater::limits` (steps, seeds, a recipe's counts) is refused before it starts,
+//! naming the limit. Usage errors exit with clap's status 2.
 
 mod args;
 mod commands;

@@ -219,6 +219,115 @@ fn malformed_recipes_name_file_line_and_reason() {
     snapshot("bad-activation", &transcript(&args, &out));
 }
 
+/// A folder of its own under the system's temporary one, for recipes a test writes.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("highwater-cli-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Issue 12, item 14: work without bound is refused before any of it, naming the limit that
+/// refused it: a usage error (2) for an argument, bad input (1) for a recipe.
+#[test]
+fn unbounded_work_is_refused_before_it_starts() {
+    let dir = scratch("limits");
+    let small = std::fs::read_to_string(root().join("repro/recipes/small.toml")).unwrap();
+    let variant = |name: &str, from: &str, to: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, small.replace(from, to)).unwrap();
+        path.display().to_string()
+    };
+    let seeds = |n: usize| format!("seeds = [{}]", vec!["1"; n].join(", "));
+    let many = variant("many-seeds.toml", "seeds = [1, 2, 3]", &seeds(100_001));
+    let huge = variant("huge-seeds.toml", "seeds = [1, 2, 3]", &seeds(10_000_000));
+    let experts = variant("experts.toml", "n_experts = 3", "n_experts = 1000000000");
+    let steps = variant("steps.toml", "steps = 2000", "steps = 1000000000000");
+    let svg = dir.join("never.svg").display().to_string();
+    let small = "repro/recipes/small.toml";
+    let fixture = |name: &str| format!("crates/highwater/tests/fixtures/{name}");
+    let (tensors, late) = (
+        fixture("bad-tensor-bytes.toml"),
+        fixture("bad-late-releases.toml"),
+    );
+    for (args, code, says) in [
+        (
+            vec!["--recipe", small, "--steps", "1000000000000"],
+            2,
+            "above the limit of 100000 steps per run (limits::MAX_STEPS)",
+        ),
+        (
+            vec!["--recipe", small, "--seeds", "1..10000000"],
+            2,
+            "limits::MAX_SEEDS",
+        ),
+        (vec!["--recipe", &steps], 1, "limits::MAX_STEPS"),
+        (
+            vec!["--recipe", &many],
+            1,
+            "`training.seeds` lists 100001 seeds, above",
+        ),
+        (vec!["--recipe", &huge], 1, "limits::MAX_RECIPE_BYTES"),
+        (vec!["--recipe", &experts], 1, "limits::MAX_EXPERT_CALLS"),
+        (vec!["--recipe", &tensors], 1, "limits::MAX_REST_TENSORS"),
+        (vec!["--recipe", &late], 1, "limits::MAX_LATE_RELEASES"),
+        (
+            vec!["--recipe", small, "--seeds", "1..101", "--svg", &svg],
+            1,
+            "limits::MAX_FIGURE_SEEDS",
+        ),
+    ] {
+        let out = highwater(&[&["simulate"], args.as_slice()].concat());
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // The ledger reads recipes the same way.
+    let out = highwater(&["ledger", "--recipe", &tensors]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("limits::MAX_REST_TENSORS"));
+    assert!(!Path::new(&svg).exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 12, item 15: an error quotes input cut to a bounded length, the recipe's line and the
+/// TOML parser's message alike; a 50 MB single-line recipe is refused before it is read whole.
+#[test]
+fn errors_quote_input_cut_to_a_bounded_length() {
+    let dir = scratch("quotes");
+    let small = std::fs::read_to_string(root().join("repro/recipes/small.toml")).unwrap();
+    let long = "x".repeat(1_000_000);
+    let path = dir.join("long-activation.toml");
+    let to = format!("activation = \"{long}\"");
+    std::fs::write(&path, small.replace("activation = \"silu\"", &to)).unwrap();
+    let out = highwater(&["simulate", "--recipe", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.len() < 1000, "{} bytes: {}", err.len(), &err[..1000]);
+    assert!(err.contains("(line 12: `activation = \"xxx"), "{err}");
+    assert!(err.contains("… (1000015 bytes)`)"), "{err}");
+    assert!(err.contains("unknown variant `xxx"), "{err}");
+    assert!(
+        err.contains("… (1000000 bytes)`, expected one of `silu`"),
+        "{err}"
+    );
+
+    let path = dir.join("one-line.toml");
+    std::fs::write(&path, format!("x = \"{}\"", "x".repeat(50 << 20))).unwrap();
+    let out = highwater(&["simulate", "--recipe", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.len() < 1000, "{} bytes: {}", err.len(), &err[..1000]);
+    assert!(
+        err.contains(
+            "is longer than the limit of 4194304 bytes per recipe file \
+             (limits::MAX_RECIPE_BYTES)"
+        ),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn missing_files_are_named() {
     let out = highwater(&["simulate", "--recipe", "no/such/recipe.toml"]);

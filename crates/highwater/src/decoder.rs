@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::recipe::{Backend, Checkpointing, RecipeError, line_of};
+use crate::limits::MAX_TENSOR_BYTES;
+use crate::recipe::{Backend, Checkpointing, RecipeError, from_toml, line_of};
 
 /// `[decoder]` as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -72,18 +73,10 @@ pub struct Decoder {
     pub seed: u64,
 }
 
-/// The largest tensor a decoder may ask for, in bytes (1 PiB): far above any card, low enough
-/// that no size computed from the shapes overflows.
-pub const MAX_TENSOR_BYTES: u64 = 1 << 50;
-
 impl Decoder {
     /// Parses and checks `text`; `origin` names it in errors.
     pub fn parse(origin: &str, text: &str) -> Result<Decoder, RecipeError> {
-        let f: File = toml::from_str(text).map_err(|e| RecipeError::Syntax {
-            origin: origin.to_string(),
-            line: e.span().map_or(1, |s| line_of(text, s.start)),
-            reason: e.message().to_string(),
-        })?;
+        let f: File = from_toml(origin, text)?;
         let err = |field: &'static str, v: &Spanned<u64>, reason: String| RecipeError::Invalid {
             origin: origin.to_string(),
             line: line_of(text, v.span().start),
@@ -146,7 +139,7 @@ impl Decoder {
         let within = |elems: Option<u64>| {
             elems
                 .and_then(|e| e.checked_mul(4))
-                .is_some_and(|b| b <= MAX_TENSOR_BYTES)
+                .is_some_and(|b| MAX_TENSOR_BYTES.allows(b))
         };
         let tokens = batch.checked_mul(self.seq_len);
         let largest = [
@@ -158,14 +151,13 @@ impl Decoder {
             tokens.and_then(|t| t.checked_mul(self.d_ff)),
         ];
         if !within(self.params().checked_mul(4)) {
-            let reason =
-                format!("the parameters and their Adam state exceed {MAX_TENSOR_BYTES} bytes");
+            let reason = format!("the parameters and their Adam state exceed {MAX_TENSOR_BYTES}");
             return Some((Oversize::Parameters, reason));
         }
         if !largest.into_iter().all(within) {
             let reason = format!(
-                "batch {batch} makes a tensor larger than {MAX_TENSOR_BYTES} bytes (logits, \
-                 attention scores or MLP activations)"
+                "batch {batch} makes a tensor (logits, attention scores or MLP activations) \
+                 larger than {MAX_TENSOR_BYTES}"
             );
             return Some((Oversize::Batch, reason));
         }
@@ -184,8 +176,17 @@ impl Decoder {
             self.n_layers,
         ]
         .map(u128::from);
-        let block = 4 * (d * d + d) + (2 * d * f + f + d) + 4 * d;
-        let total = v * d + s * d + l * block + 2 * d + (d * v + v);
+        // u128 holds any product of two u64 fields, not of three: saturate past that.
+        let [mul, add] = [u128::saturating_mul, u128::saturating_add];
+        let sum = |terms: &[u128]| terms.iter().fold(0, |a, t| add(a, *t));
+        let block = sum(&[
+            mul(4, add(mul(d, d), d)),
+            mul(mul(2, d), f),
+            f,
+            d,
+            mul(4, d),
+        ]);
+        let total = sum(&[mul(v, d), mul(s, d), mul(l, block), mul(2, d), mul(d, v), v]);
         u64::try_from(total).unwrap_or(u64::MAX)
     }
 
@@ -200,6 +201,16 @@ mod tests {
     use super::*;
 
     const DECODER: &str = include_str!("../../../repro/models/decoder.toml");
+
+    #[test]
+    fn parameters_saturate_instead_of_overflowing() {
+        let mut d = Decoder::parse("decoder.toml", DECODER).unwrap();
+        let exact = d.params();
+        d.d_model = 7_429_491_000_000_000_000;
+        assert_eq!(d.params(), u64::MAX);
+        d.d_model = 768;
+        assert_eq!(d.params(), exact);
+    }
 
     #[test]
     fn the_bundled_decoder_parses() {

@@ -4,7 +4,10 @@
 //! [`LogForensics`]: how many attempts were appended to it, the step each attempt died at,
 //! the failed reserves grouped by size and by whether they came before the first step line
 //! ([`Phase::Init`]) or after it ([`Phase::Run`]), and whether the log is cut short.
-//! [`incident_table`] turns several of them into the rows the book prints.
+//! [`parse_reader`] (a [`LogReader`] underneath, which `parse_log` also is) reads the same from
+//! any `BufRead` the caller opened, one line at a time, in memory bounded by what the log says
+//! rather than by its length. [`incident_table`] turns several of them into the rows the book
+//! prints.
 //!
 //! # Line formats
 //!
@@ -66,7 +69,9 @@
 //! `Task failed: Any { .. }` lines and `note: run with RUST_BACKTRACE=1` lines are not counted
 //! (each failure already has its message line).
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::io::{BufRead, Read};
 
 use serde::Serialize;
 
@@ -211,78 +216,254 @@ fn leading_u64(s: &str) -> Option<u64> {
     s[..digits].parse().ok()
 }
 
-/// Reads a trainer log. `name` is how tables and errors refer to it.
-pub fn parse_log(name: &str, text: &str) -> LogForensics {
-    let mut f = LogForensics {
-        name: name.to_string(),
-        attempts: 0,
-        died_at: vec![],
-        failures: vec![],
-        last_step: None,
-        truncated: false,
-        missing_header: false,
-        completed: false,
-    };
-    // Per attempt: its last step line, and whether it ended (died or completed).
-    let mut step: Option<u32> = None;
-    let mut ended = false;
-    for raw in text.lines() {
+/// Lines longer than this are read by [`LogReader::read`] up to this length; the rest of the
+/// line is skipped and counted ([`LogReader::clipped_lines`]). Bounds the line buffer, so a
+/// log without newlines (a progress bar redrawn with `\r`) cannot take memory of its size.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// The most failure groups, and the most deaths, a [`LogReader`] records before it stops with
+/// [`ForensicsError::TooMany`]. A group costs about 100 bytes at the worst moment (its
+/// [`FailureGroup`], its index entry, both growing), so reading a log takes under 30 MB
+/// whatever its size (`benches/forensics.rs` measures 27.5 MB peak RSS at the cap). Real logs
+/// have a handful of sizes; a row of 262 144 of them would be unreadable anyway.
+pub const MAX_RECORDS: usize = 1 << 18;
+
+/// Why a streamed log could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ForensicsError {
+    #[error("cannot read log {name} after line {line}")]
+    Io {
+        name: String,
+        line: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{name}:{line}: more than {limit} {what}; forensics keeps at most MAX_RECORDS \
+         ({limit}) per log"
+    )]
+    TooMany {
+        name: String,
+        line: u64,
+        /// `distinct failed reserves (size, phase, message shape)` or `deaths`.
+        what: &'static str,
+        limit: usize,
+    },
+}
+
+/// Reads a trainer log one line at a time. Memory is bounded by the log's distinct failure
+/// groups and deaths (at most [`MAX_RECORDS`] each) and one line ([`MAX_LINE_BYTES`]), not by
+/// its length: groups are found through a hash index, so a log reads in time linear in its
+/// lines.
+#[derive(Debug)]
+pub struct LogReader {
+    f: LogForensics,
+    /// The current attempt's last step line.
+    step: Option<u32>,
+    /// The current attempt died or completed.
+    ended: bool,
+    /// (size, phase, kind) → index in `f.failures`, which keeps first-appearance order.
+    groups: HashMap<(u64, Phase, Reported), usize>,
+    limit: usize,
+    lines: u64,
+    clipped: u64,
+}
+
+impl LogReader {
+    /// A reader for the log `name` (how tables and errors refer to it), limited to
+    /// [`MAX_RECORDS`].
+    pub fn new(name: &str) -> Self {
+        LogReader {
+            f: LogForensics {
+                name: name.to_string(),
+                attempts: 0,
+                died_at: vec![],
+                failures: vec![],
+                last_step: None,
+                truncated: false,
+                missing_header: false,
+                completed: false,
+            },
+            step: None,
+            ended: false,
+            groups: HashMap::new(),
+            limit: MAX_RECORDS,
+            lines: 0,
+            clipped: 0,
+        }
+    }
+
+    /// The same reader with another cap on groups and deaths.
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Takes one line (without its line ending).
+    pub fn push(&mut self, raw: &str) -> Result<(), ForensicsError> {
+        self.lines += 1;
         let line = classify(raw);
         if line == Line::Other {
-            continue;
+            return Ok(());
         }
         if line == Line::Header {
-            f.attempts += 1;
-            step = None;
-            ended = false;
-            f.completed = false;
-            continue;
+            self.f.attempts += 1;
+            self.step = None;
+            self.ended = false;
+            self.f.completed = false;
+            return Ok(());
         }
-        if f.attempts == 0 {
-            f.attempts = 1;
-            f.missing_header = true;
+        if self.f.attempts == 0 {
+            self.f.attempts = 1;
+            self.f.missing_header = true;
         }
         match line {
             Line::Step(n) => {
-                step = Some(n);
-                f.last_step = Some(n);
+                self.step = Some(n);
+                self.f.last_step = Some(n);
             }
             Line::Death(n) => {
-                if let Some(n) = n.or(step) {
-                    f.died_at.push(n);
+                if let Some(n) = n.or(self.step) {
+                    if self.f.died_at.len() == self.limit {
+                        return Err(self.too_many("deaths"));
+                    }
+                    self.f.died_at.push(n);
                 }
-                ended = true;
+                self.ended = true;
             }
             Line::Done => {
-                ended = true;
-                f.completed = true;
+                self.ended = true;
+                self.f.completed = true;
             }
             Line::Failure { bytes, reported } => {
-                let phase = if step.is_some() {
+                let phase = if self.step.is_some() {
                     Phase::Run
                 } else {
                     Phase::Init
                 };
-                match f
-                    .failures
-                    .iter_mut()
-                    .find(|g| g.bytes == bytes && g.phase == phase && g.reported == reported)
-                {
-                    Some(g) => g.count += 1,
-                    None => f.failures.push(FailureGroup {
-                        bytes,
-                        count: 1,
-                        phase,
-                        after_step: step,
-                        reported,
-                    }),
+                let key = (bytes, phase, reported);
+                if let Some(&i) = self.groups.get(&key) {
+                    self.f.failures[i].count += 1;
+                    return Ok(());
                 }
+                if self.f.failures.len() == self.limit {
+                    return Err(
+                        self.too_many("distinct failed reserves (size, phase, message shape)")
+                    );
+                }
+                self.groups.insert(key, self.f.failures.len());
+                self.f.failures.push(FailureGroup {
+                    bytes,
+                    count: 1,
+                    phase,
+                    after_step: self.step,
+                    reported,
+                });
             }
             Line::Header | Line::Other => {}
         }
+        Ok(())
     }
-    f.truncated = f.missing_header || (f.attempts > 0 && !ended);
-    f
+
+    fn too_many(&self, what: &'static str) -> ForensicsError {
+        ForensicsError::TooMany {
+            name: self.f.name.clone(),
+            line: self.lines,
+            what,
+            limit: self.limit,
+        }
+    }
+
+    /// Reads lines from `r` to its end. Bytes that are not UTF-8 (a cut multi-byte character,
+    /// a stray binary write) become U+FFFD in their line only, as `String::from_utf8_lossy`
+    /// of the whole file would make them: a line that classifies at all is ASCII where it
+    /// matters, so one bad byte costs at most its own line. Lines longer than
+    /// [`MAX_LINE_BYTES`] are read up to that length.
+    pub fn read<R: BufRead>(&mut self, mut r: R) -> Result<(), ForensicsError> {
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = (&mut r)
+                .take(MAX_LINE_BYTES as u64)
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| self.io(e))?;
+            if n == 0 {
+                return Ok(());
+            }
+            if buf.last() == Some(&b'\n') {
+                buf.pop();
+                if buf.last() == Some(&b'\r') {
+                    buf.pop();
+                }
+            } else if n == MAX_LINE_BYTES && self.skip_rest(&mut r)? {
+                self.clipped += 1;
+            }
+            self.push(&String::from_utf8_lossy(&buf))?;
+        }
+    }
+
+    /// Skips the rest of a line cut at [`MAX_LINE_BYTES`]; whether anything but its line
+    /// ending was left.
+    fn skip_rest<R: BufRead>(&self, r: &mut R) -> Result<bool, ForensicsError> {
+        let next = r.fill_buf().map_err(|e| self.io(e))?;
+        match next.first() {
+            None => Ok(false),
+            Some(b'\n') => {
+                r.consume(1);
+                Ok(false)
+            }
+            Some(_) => {
+                r.skip_until(b'\n').map_err(|e| self.io(e))?;
+                Ok(true)
+            }
+        }
+    }
+
+    fn io(&self, source: std::io::Error) -> ForensicsError {
+        ForensicsError::Io {
+            name: self.f.name.clone(),
+            line: self.lines,
+            source,
+        }
+    }
+
+    /// Lines read so far.
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Lines [`read`](Self::read) cut at [`MAX_LINE_BYTES`] (a failure past the cut is not
+    /// counted).
+    pub fn clipped_lines(&self) -> u64 {
+        self.clipped
+    }
+
+    /// What the log says.
+    pub fn finish(self) -> LogForensics {
+        let mut f = self.f;
+        f.truncated = f.missing_header || (f.attempts > 0 && !self.ended);
+        f
+    }
+}
+
+/// Reads a trainer log from `r` (the caller opens it; `name` is how tables and errors refer
+/// to it), one line at a time: see [`LogReader`].
+pub fn parse_reader<R: BufRead>(name: &str, r: R) -> Result<LogForensics, ForensicsError> {
+    let mut reader = LogReader::new(name);
+    reader.read(r)?;
+    Ok(reader.finish())
+}
+
+/// Reads a trainer log's text. `name` is how tables and errors refer to it. Unlike
+/// [`parse_reader`] there is no cap: the text is in memory already, and it has more lines than
+/// the result has groups.
+pub fn parse_log(name: &str, text: &str) -> LogForensics {
+    let mut reader = LogReader::new(name).with_limit(usize::MAX);
+    for line in text.lines() {
+        // A vector cannot hold usize::MAX entries, so the limit is never the error.
+        reader.push(line).expect("no limit on in-memory text");
+    }
+    reader.finish()
 }
 
 impl LogForensics {
@@ -360,19 +541,29 @@ impl IncidentRow {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        // Sizes per place, places in order of first appearance.
+        // Sizes per place, places and sizes in order of first appearance; found through
+        // hashes, as a log may hold many of both. A place is its words' key: every init
+        // failure is "before step 0", whatever its step.
         let mut places: Vec<(String, Vec<String>)> = vec![];
+        let mut place_of: HashMap<(Phase, Option<u32>), usize> = HashMap::new();
+        let mut seen: HashSet<(usize, u64)> = HashSet::new();
         for g in &log.failures {
-            let place = match (g.phase, g.after_step) {
-                (Phase::Init, _) => "before step 0".to_string(),
-                (Phase::Run, Some(s)) => format!("after step {s}"),
-                (Phase::Run, None) => "during the run".to_string(),
+            let key = match g.phase {
+                Phase::Init => (Phase::Init, None),
+                Phase::Run => (Phase::Run, g.after_step),
             };
-            let s = exact_bytes(g.bytes);
-            match places.iter_mut().find(|(p, _)| *p == place) {
-                Some((_, sizes)) if !sizes.contains(&s) => sizes.push(s),
-                Some(_) => {}
-                None => places.push((place, vec![s])),
+            let p = *place_of.entry(key).or_insert_with(|| {
+                let place = match key {
+                    (Phase::Init, _) => "before step 0".to_string(),
+                    (Phase::Run, Some(s)) => format!("after step {s}"),
+                    (Phase::Run, None) => "during the run".to_string(),
+                };
+                places.push((place, vec![]));
+                places.len() - 1
+            });
+            // exact_bytes is one-to-one, so sizes dedupe by bytes.
+            if seen.insert((p, g.bytes)) {
+                places[p].1.push(exact_bytes(g.bytes));
             }
         }
         let placement = if places.is_empty() {
@@ -532,6 +723,88 @@ mod tests {
         assert!(!f.truncated && f.completed);
         let f = parse_log("empty.log", "");
         assert_eq!((f.attempts, f.truncated), (0, false));
+    }
+
+    #[test]
+    fn many_distinct_sizes_count_and_keep_their_order() {
+        // 20 000 sizes, each failing twice after step 0 and once before it: linear, so cheap.
+        const N: u64 = 20_000;
+        let mut log = String::from("train start: x\n");
+        for i in 0..N {
+            log.push_str(&format!("failed to reserve {} bytes\n", 4096 * (i + 1)));
+        }
+        log.push_str("step 0 | loss 1\n");
+        for round in 0..2 {
+            for i in 0..N {
+                let bytes = 4096 * (i + 1);
+                match round {
+                    0 => log.push_str(&format!("failed to reserve {bytes} bytes\n")),
+                    _ => log.push_str(&format!("can't allocate buffer of size: {bytes}\n")),
+                }
+            }
+        }
+        log.push_str("train failed: step 0: device error\n");
+        let f = parse_log("many.log", &log);
+        assert_eq!(f.failures.len(), 3 * N as usize);
+        assert!(f.failures.iter().all(|g| g.count == 1));
+        let (init, run) = f.failures.split_at(N as usize);
+        assert!(init.iter().all(|g| g.phase == Phase::Init));
+        assert!(run.iter().all(|g| g.after_step == Some(0)));
+        assert!(
+            init.iter()
+                .enumerate()
+                .all(|(i, g)| g.bytes == 4096 * (i as u64 + 1))
+        );
+        assert_eq!(run[N as usize].reported, Reported::Page);
+        let row = IncidentRow::of(&f);
+        // Each size once per place, though it failed in two shapes there.
+        let place = |p: &str| row.placement.split("; ").find(|s| s.ends_with(p)).unwrap();
+        assert_eq!(place("after step 0").matches(", ").count(), N as usize - 1);
+        assert!(row.placement.starts_with("4 KiB, 8 KiB, 12 KiB, "));
+        assert_eq!(row.failures.matches(" ×1").count(), 3 * N as usize);
+    }
+
+    #[test]
+    fn limits_name_themselves() {
+        let log = "failed to reserve 1 bytes\nfailed to reserve 2 bytes\n\
+                   failed to reserve 1 bytes\nfailed to reserve 3 bytes\n";
+        let mut r = LogReader::new("cap.log").with_limit(2);
+        let err = r.read(log.as_bytes()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "cap.log:4: more than 2 distinct failed reserves (size, phase, message shape); \
+             forensics keeps at most MAX_RECORDS (2) per log"
+        );
+        let deaths = "train failed: step 1: x\n".repeat(3);
+        let err = parse_reader_limited(&deaths, 2).unwrap_err().to_string();
+        assert!(err.starts_with("d.log:3: more than 2 deaths;"), "{err}");
+        // At the limit is fine.
+        assert_eq!(parse_reader_limited(&deaths, 3).unwrap().died_at, [1, 1, 1]);
+    }
+
+    fn parse_reader_limited(text: &str, limit: usize) -> Result<LogForensics, ForensicsError> {
+        let mut r = LogReader::new("d.log").with_limit(limit);
+        r.read(text.as_bytes())?;
+        Ok(r.finish())
+    }
+
+    #[test]
+    fn overlong_lines_are_cut_and_counted() {
+        let mut log = b"train start: x\n".to_vec();
+        // A line of exactly the limit is whole; one past it loses its tail (and the failure
+        // in it); the lines after both read as usual.
+        log.extend(vec![b'x'; MAX_LINE_BYTES]);
+        log.push(b'\n');
+        log.extend(vec![b'x'; MAX_LINE_BYTES]);
+        log.extend(b" failed to reserve 7 bytes\n");
+        log.extend(b"failed to reserve 1024 bytes\ntrain done: 1 steps");
+        let mut r = LogReader::new("long.log");
+        r.read(log.as_slice()).unwrap();
+        assert_eq!((r.lines(), r.clipped_lines()), (5, 1));
+        let f = r.finish();
+        assert_eq!(f.failures.len(), 1);
+        assert_eq!(f.failures[0].bytes, 1024);
+        assert!(f.completed && !f.truncated);
     }
 
     #[test]

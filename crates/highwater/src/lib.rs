@@ -3,7 +3,7 @@
 //! recipe → ledger (per-call ops, burn's retention rules) → trace (a whole step as pool events)
 //! → pool (CubeCL's own `MemoryManagement`) → run (steps, seeds, the step it dies); conform holds
 //! the simulator to runs recorded on a GPU; decoder is a transformer's recipe, which only burn's
-//! own code (the dry run, the GPU) trains.
+//! own code (the dry run, the GPU) trains. limits bounds what a recipe or a command may ask.
 
 pub mod conform;
 pub mod decoder;
@@ -11,6 +11,7 @@ pub mod ffn;
 pub mod forensics;
 pub mod layout;
 pub mod ledger;
+pub mod limits;
 pub mod pool;
 pub mod recipe;
 pub mod run;

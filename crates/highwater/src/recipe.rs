@@ -4,10 +4,15 @@
 //! holds at least the weights). The library never opens files: callers pass the text and a
 //! name for it.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::layout::DType;
+use crate::limits::{
+    self, MAX_EXPERT_CALLS, MAX_LAG, MAX_LATE_RELEASES, MAX_RECIPE_BYTES, MAX_REST_TENSORS,
+    MAX_SEEDS, MAX_STEPS, MAX_TENSOR_BYTES,
+};
 
 /// Which activation the expert FFN runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,13 +238,11 @@ pub struct Recipe {
 }
 
 impl Recipe {
-    /// Parses and validates `text`; `origin` names it in errors.
+    /// Parses and validates `text`; `origin` names it in errors. Counts that set a run's work
+    /// (steps, seeds, expert calls, rest-of-model tensors, late releases and their lag) are
+    /// held to [`crate::limits`].
     pub fn parse(origin: &str, text: &str) -> Result<Recipe, RecipeError> {
-        let file: RecipeFile = toml::from_str(text).map_err(|e| RecipeError::Syntax {
-            origin: origin.to_string(),
-            line: e.span().map_or(1, |s| line_of(text, s.start)),
-            reason: e.message().to_string(),
-        })?;
+        let file: RecipeFile = from_toml(origin, text)?;
         Self::validate(origin, text, file)
     }
 
@@ -274,7 +277,7 @@ impl Recipe {
     }
 
     /// A copy with another batch; refused when a tensor's bytes would overflow 64 bits or pass
-    /// [`crate::decoder::MAX_TENSOR_BYTES`] (so that absurd sizes are refused before any work).
+    /// [`MAX_TENSOR_BYTES`] (so that absurd sizes are refused before any work).
     pub fn with_batch(&self, batch: u64) -> Result<Recipe, String> {
         let widest = batch
             .checked_mul(self.seq_len)
@@ -282,13 +285,12 @@ impl Recipe {
             .and_then(|e| e.checked_mul(self.dtype.size()));
         match widest {
             _ if batch == 0 => Err("a batch of 0 sequences trains nothing".into()),
-            Some(bytes) if bytes <= crate::decoder::MAX_TENSOR_BYTES => Ok(Recipe {
+            Some(bytes) if MAX_TENSOR_BYTES.allows(bytes) => Ok(Recipe {
                 batch,
                 ..self.clone()
             }),
             _ => Err(format!(
-                "batch {batch} makes the [N, gate_up] activation larger than {} bytes",
-                crate::decoder::MAX_TENSOR_BYTES
+                "batch {batch} makes the [N, gate_up] activation larger than {MAX_TENSOR_BYTES}"
             )),
         }
     }
@@ -328,13 +330,67 @@ impl Recipe {
         let t = &f.training;
         let steps = nonzero("training.steps", &t.steps)?;
         let loss_read_every = nonzero("training.loss_read_every", &t.loss_read_every)?;
-        if t.seeds.get_ref().is_empty() {
+        let seeds = t.seeds.get_ref().len() as u64;
+        if seeds == 0 {
             return Err(err(
                 "training.seeds",
                 t.seeds.span(),
                 "lists no seed".into(),
             ));
         }
+        let r = &f.rest_of_model;
+        let tensor_bytes = nonzero("rest_of_model.tensor_bytes", &r.tensor_bytes)?;
+        let j = &f.jitter;
+        // The counts a run's work and memory grow with, refused here before any work.
+        let within = |field: &'static str, v: &Spanned<u64>, limit: limits::Limit| {
+            limit
+                .check(*v.get_ref())
+                .map_err(|reason| err(field, v.span(), reason))
+        };
+        within("training.steps", &t.steps, MAX_STEPS)?;
+        if !MAX_SEEDS.allows(seeds) {
+            return Err(err(
+                "training.seeds",
+                t.seeds.span(),
+                format!("lists {seeds} seeds, above {MAX_SEEDS}"),
+            ));
+        }
+        // Exact in 128 bits, so that the message never shows a wrapped product.
+        let calls = u128::from(n_experts) * u128::from(max_iter);
+        if calls > u128::from(MAX_EXPERT_CALLS.max) {
+            let (field, v) = [
+                ("model.n_experts", &m.n_experts),
+                ("model.max_iter", &m.max_iter),
+            ]
+            .into_iter()
+            .max_by_key(|(_, v)| *v.get_ref())
+            .expect("two factors");
+            return Err(err(
+                field,
+                v.span(),
+                format!(
+                    "is {}: n_experts × max_iter makes {calls} expert calls per step, above \
+                     {MAX_EXPERT_CALLS}",
+                    v.get_ref()
+                ),
+            ));
+        }
+        // Blamed on the tensor size: a typo there (`1`) is what turns a step's few hundred
+        // lumps into billions.
+        let live_bytes = *r.live_bytes.get_ref();
+        let rest_tensors = live_bytes / tensor_bytes;
+        if !MAX_REST_TENSORS.allows(rest_tensors) {
+            return Err(err(
+                "rest_of_model.tensor_bytes",
+                r.tensor_bytes.span(),
+                format!(
+                    "is {tensor_bytes}: rest_of_model.live_bytes ({live_bytes}) / tensor_bytes \
+                     makes {rest_tensors} tensors per step, above {MAX_REST_TENSORS}"
+                ),
+            ));
+        }
+        within("jitter.late_releases", &j.late_releases, MAX_LATE_RELEASES)?;
+        within("jitter.max_lag", &j.max_lag, MAX_LAG)?;
         // Every size the simulator multiplies out, checked here once so that no later product
         // can overflow; an overflow is blamed on the largest factor, the one to shrink.
         let product = |factors: &[(&'static str, &Spanned<u64>)], what: &str| {
@@ -382,7 +438,6 @@ impl Recipe {
             ],
             "n_experts × d_model × 3·d_ffn (the experts' parameters)",
         )?;
-        let r = &f.rest_of_model;
         let t_opt = &f.training.optimizer;
         let per_param = m.dtype.size() * (2 + t_opt.states_per_param());
         let weight_bytes = expert_params
@@ -430,14 +485,18 @@ impl Recipe {
                 format!("plus card.cuda_context_bytes leaves nothing of the card's {total} bytes"),
             ));
         }
-        let tensor_bytes = nonzero("rest_of_model.tensor_bytes", &r.tensor_bytes)?;
-        let j = &f.jitter;
         let p = *j.step_probability.get_ref();
         if !(0.0..=1.0).contains(&p) {
+            // Quoted as written: `1e308` would print as 309 digits.
+            let span = j.step_probability.span();
+            let written = text.get(span).map_or_else(|| p.to_string(), str::to_string);
             return Err(err(
                 "jitter.step_probability",
                 j.step_probability.span(),
-                format!("is {p}, not a probability in [0, 1]"),
+                format!(
+                    "is {}, not a probability in [0, 1]",
+                    limits::quote(written.trim())
+                ),
             ));
         }
         let recipe = Recipe {
@@ -462,7 +521,7 @@ impl Recipe {
                 cuda_context_bytes: *c.cuda_context_bytes.get_ref(),
             },
             rest: RestOfModel {
-                live_bytes: *r.live_bytes.get_ref(),
+                live_bytes,
                 tensor_bytes,
                 params: *r.params.get_ref(),
                 persistent_bytes: *r.persistent_bytes.get_ref(),
@@ -488,6 +547,24 @@ impl Recipe {
             ))
         }
     }
+}
+
+/// Reads `text` as the TOML of `T`, for recipes and decoders alike: refused unread past
+/// [`MAX_RECIPE_BYTES`]; a syntax error names its line and quotes input only through
+/// [`limits::quote_message`].
+pub(crate) fn from_toml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, RecipeError> {
+    if !MAX_RECIPE_BYTES.allows(text.len() as u64) {
+        return Err(RecipeError::Syntax {
+            origin: origin.to_string(),
+            line: 1,
+            reason: format!("the text is {} bytes, above {MAX_RECIPE_BYTES}", text.len()),
+        });
+    }
+    toml::from_str(text).map_err(|e| RecipeError::Syntax {
+        origin: origin.to_string(),
+        line: e.span().map_or(1, |s| line_of(text, s.start)),
+        reason: limits::quote_message(e.message()),
+    })
 }
 
 /// 1-based line of byte offset `at` in `text`.
@@ -611,6 +688,137 @@ mod tests {
         let text = SMALL.replace("d_ffn = 2048", "d_ffn = 9223372036854775807");
         let e = Recipe::parse("x.toml", &text).unwrap_err();
         assert!(e.to_string().contains("overflow"), "{e}");
+    }
+
+    /// Counts that set a run's work are refused past their limit, at the field to change,
+    /// naming the limit; the issue's values (issue 12, item 14) and u64::MAX alike.
+    #[test]
+    fn unbounded_work_is_refused_naming_the_limit() {
+        for (line, value, field, limit) in [
+            ("steps = 2000", "1000000000000", "training.steps", MAX_STEPS),
+            (
+                "late_releases = 208",
+                "100000000",
+                "jitter.late_releases",
+                MAX_LATE_RELEASES,
+            ),
+            (
+                "late_releases = 208",
+                "3000000000000000000",
+                "jitter.late_releases",
+                MAX_LATE_RELEASES,
+            ),
+            (
+                "max_lag = 24",
+                "18446744073709551615",
+                "jitter.max_lag",
+                MAX_LAG,
+            ),
+            (
+                "n_experts = 3",
+                "1000000000",
+                "model.n_experts",
+                MAX_EXPERT_CALLS,
+            ),
+            (
+                "max_iter = 4",
+                "1000000000",
+                "model.max_iter",
+                MAX_EXPERT_CALLS,
+            ),
+            (
+                "tensor_bytes = 12582912",
+                "1",
+                "rest_of_model.tensor_bytes",
+                MAX_REST_TENSORS,
+            ),
+        ] {
+            let key = line.split(" = ").next().unwrap();
+            let text = SMALL.replace(line, &format!("{key} = {value}"));
+            let at = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+            match Recipe::parse("x.toml", &text) {
+                Err(RecipeError::Invalid {
+                    line,
+                    field: f,
+                    reason,
+                    ..
+                }) => {
+                    assert_eq!((line, f), (at, field), "{key} = {value}: {reason}");
+                    assert!(reason.contains(&limit.to_string()), "{reason}");
+                }
+                other => panic!("{key} = {value}: {other:?}"),
+            }
+        }
+    }
+
+    /// Every limit is inclusive: a recipe at each is accepted.
+    #[test]
+    fn work_at_the_limits_is_accepted() {
+        let text = SMALL
+            .replace("steps = 2000", &format!("steps = {}", MAX_STEPS.max))
+            .replace("n_experts = 3", "n_experts = 1")
+            .replace(
+                "max_iter = 4",
+                &format!("max_iter = {}", MAX_EXPERT_CALLS.max),
+            )
+            .replace(
+                "tensor_bytes = 12582912",
+                &format!("tensor_bytes = {}", 11345592320 / MAX_REST_TENSORS.max),
+            )
+            .replace(
+                "late_releases = 208",
+                &format!("late_releases = {}", MAX_LATE_RELEASES.max),
+            )
+            .replace("max_lag = 24", &format!("max_lag = {}", MAX_LAG.max));
+        let r = Recipe::parse("x.toml", &text).unwrap();
+        assert_eq!(r.calls(), MAX_EXPERT_CALLS.max);
+        assert_eq!(
+            r.rest.live_bytes / r.rest.tensor_bytes,
+            MAX_REST_TENSORS.max
+        );
+    }
+
+    /// Seeds listed in the file obey the CLI's cap, and a file past the size limit is refused
+    /// before the TOML parser sees it (6.5 M seeds make some 20 MB).
+    #[test]
+    fn seeds_and_size_are_capped() {
+        let seeds = |n: u64| {
+            let list = vec!["1"; n as usize].join(",");
+            SMALL.replace("seeds = [1, 2, 3]", &format!("seeds = [{list}]"))
+        };
+        let r = Recipe::parse("x.toml", &seeds(MAX_SEEDS.max)).unwrap();
+        assert_eq!(r.seeds.len() as u64, MAX_SEEDS.max);
+        let e = Recipe::parse("x.toml", &seeds(MAX_SEEDS.max + 1)).unwrap_err();
+        assert!(
+            matches!(&e, RecipeError::Invalid { field: "training.seeds", reason, .. }
+                if reason.contains(&MAX_SEEDS.to_string())),
+            "{e}"
+        );
+        let e = Recipe::parse("x.toml", &seeds(6_500_000)).unwrap_err();
+        assert!(
+            matches!(&e, RecipeError::Syntax { line: 1, reason, .. }
+                if reason.contains(&MAX_RECIPE_BYTES.to_string())),
+            "{e}"
+        );
+    }
+
+    /// Input an error quotes is cut (issue 12, item 15): a long key, string or variant in the
+    /// TOML parser's messages, a float written with hundreds of digits in ours.
+    #[test]
+    fn errors_quote_input_cut() {
+        let long = "x".repeat(1_000_000);
+        for text in [
+            SMALL.replace("batch = 8", &format!("{long} = 8")),
+            SMALL.replace("batch = 8", &format!("batch = \"{long}\"")),
+            SMALL.replace("activation = \"silu\"", &format!("activation = \"{long}\"")),
+            SMALL.replace("[model]", &format!("[{long}]")),
+        ] {
+            let e = Recipe::parse("x.toml", &text).unwrap_err().to_string();
+            assert!(e.len() < 400 && e.contains("… (1000000 bytes)"), "{e}");
+        }
+        let text = SMALL.replace("step_probability = 0.08", "step_probability = 1e308");
+        let e = Recipe::parse("x.toml", &text).unwrap_err().to_string();
+        assert!(e.ends_with("is 1e308, not a probability in [0, 1]"), "{e}");
     }
 
     #[test]

@@ -164,7 +164,9 @@ pub struct RunReport {
     pub late_steps: u64,
 }
 
-/// Simulates `steps` steps of `recipe` with `seed`.
+/// Simulates `steps` steps of `recipe` with `seed`. Its work and memory grow with `steps` and
+/// with the recipe's counts, which [`Recipe::parse`] holds to [`crate::limits`]; a caller's own
+/// `steps` should stay within [`crate::limits::MAX_STEPS`] (the report keeps every step).
 pub fn simulate(recipe: &Recipe, seed: u64, steps: u64) -> RunReport {
     simulate_with(recipe, seed, steps, &mut NoSink)
 }

@@ -2,9 +2,14 @@
 
 use std::path::{Path, PathBuf};
 
+use highwater::limits::{
+    MAX_EXPERT_CALLS, MAX_LAG, MAX_LATE_RELEASES, MAX_RECIPE_BYTES, MAX_REST_TENSORS, MAX_SEEDS,
+    MAX_STEPS,
+};
 use highwater::{Recipe, RecipeError, RunReport, simulate};
 
 mod forensics;
+mod fuzz;
 mod golden;
 mod retention;
 
@@ -70,6 +75,61 @@ fn bad_fixtures_name_file_line_and_field() {
     let e = load(&dir.join("bad-activation.toml")).unwrap_err();
     assert!(matches!(&e, RecipeError::Syntax { line: 9, .. }), "{e}");
     assert!(load(&dir.join("wave-small.toml")).is_ok());
+}
+
+/// The limits leave every recipe of the book ten times the room it uses.
+#[test]
+fn every_recipe_is_well_inside_the_limits() {
+    for entry in std::fs::read_dir(recipes_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let r = load(&path).unwrap_or_else(|e| panic!("{e}"));
+        for (limit, used) in [
+            (MAX_STEPS, r.steps),
+            (MAX_SEEDS, r.seeds.len() as u64),
+            (MAX_EXPERT_CALLS, r.calls()),
+            (MAX_REST_TENSORS, r.rest.live_bytes / r.rest.tensor_bytes),
+            (MAX_LATE_RELEASES, r.jitter.late_releases),
+            (MAX_LAG, r.jitter.max_lag),
+            (MAX_RECIPE_BYTES, text.len() as u64),
+        ] {
+            assert!(
+                used * 10 <= limit.max,
+                "{}: {used}, {limit}",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Issue 12, items 14 and 15: a recipe that once panicked (3·10¹⁸ late releases a step) or
+/// asked for gigabytes (1-byte tensors) is refused at the field to change, naming the limit;
+/// a 50 MB single-line recipe is refused unparsed, and its error stays short.
+#[test]
+fn unbounded_work_is_refused_before_any_work() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let e = load(&dir.join("bad-tensor-bytes.toml")).unwrap_err();
+    assert!(
+        matches!(&e, RecipeError::Invalid { field, line: 27, .. }
+            if *field == "rest_of_model.tensor_bytes"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("limits::MAX_REST_TENSORS"), "{e}");
+    let e = load(&dir.join("bad-late-releases.toml")).unwrap_err();
+    assert!(
+        matches!(&e, RecipeError::Invalid { field, line: 33, .. }
+            if *field == "jitter.late_releases"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("limits::MAX_LATE_RELEASES"), "{e}");
+
+    let text = format!("seeds = \"{}\"", "x".repeat(50 << 20));
+    let e = Recipe::parse("big.toml", &text).unwrap_err().to_string();
+    assert!(
+        e.len() < 200 && e.contains("limits::MAX_RECIPE_BYTES"),
+        "{}",
+        &e[..e.len().min(300)]
+    );
 }
 
 #[test]

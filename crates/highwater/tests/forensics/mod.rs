@@ -1,9 +1,11 @@
 //! Forensics over the fixture logs: each synthetic log reads back as the incident data
 //! (`repro/incident/*.toml`) says its real counterpart did.
 
+use std::fs::File;
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use highwater::forensics::{self, FailureGroup, IncidentTable, Phase, Reported};
+use highwater::forensics::{self, FailureGroup, IncidentTable, Phase, Reported, parse_reader};
 use highwater::{LogForensics, parse_log};
 
 fn logs_dir() -> PathBuf {
@@ -153,4 +155,45 @@ fn forensics_is_serializable() {
     assert_eq!(json["died_at"][0], 200);
     assert_eq!(json["failures"][1]["phase"], "run");
     assert_eq!(json["failures"][1]["after_step"], 100);
+}
+
+#[test]
+fn streaming_agrees_with_parse_log_on_every_fixture() {
+    for entry in std::fs::read_dir(logs_dir()).expect("the fixture logs") {
+        let path = entry.expect("a fixture").path();
+        if path.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let file = File::open(&path).expect("fixture log");
+        let streamed = parse_reader(&name, BufReader::new(file)).expect("a readable log");
+        let whole = log(&name);
+        assert_eq!(streamed, whole, "{name}");
+        assert_eq!(
+            IncidentTable::new(&[streamed]).to_string(),
+            IncidentTable::new(&[whole]).to_string()
+        );
+    }
+}
+
+#[test]
+fn a_line_that_is_not_utf8_spoils_only_itself() {
+    let mut text = std::fs::read(logs_dir().join("ab2000_situ_s3.log")).expect("fixture log");
+    // A cut multi-byte character and a stray byte, on a line of their own and inside a
+    // failure line, which still counts (its number is ASCII).
+    let at = text
+        .windows(6)
+        .position(|w| w == b"step 0")
+        .expect("a step line");
+    text.splice(at..at, b"\xe2\x82\n\xff\xfeoops\n".iter().copied());
+    text.extend(b"\xc3 failed to reserve 33554432 bytes of device memory\xff\n");
+    let path = std::env::temp_dir().join(format!("highwater-bad-utf8-{}.log", std::process::id()));
+    std::fs::write(&path, &text).expect("a temporary file");
+    let file = File::open(&path).expect("the temporary file");
+    let f = parse_reader("bad.log", BufReader::new(file)).expect("read lossily");
+    std::fs::remove_file(&path).expect("remove the temporary file");
+    let mut want = log("ab2000_situ_s3.log");
+    want.name = "bad.log".into();
+    want.failures[1].count += 1;
+    assert_eq!(f, want);
 }
