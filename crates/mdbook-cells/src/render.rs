@@ -81,9 +81,9 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>) -> String {
         Some(l) => format!(
             "<span class=\"cell-label\">{}:</span> {}",
             l.name,
-            escape(c)
+            one_line(c)
         ),
-        None => escape(c),
+        None => one_line(c),
     });
     if let (true, Shown::Frozen { badge, stale, .. }) = (opts.hide_output, shown) {
         // Hidden output still says where it was recorded (a later cell may read it).
@@ -113,7 +113,10 @@ fn frozen_badge(badge: &str, stale: bool) -> String {
     } else {
         ("cell-badge", "")
     };
-    format!("<div class=\"{class}\">{}{warning}</div>\n", escape(badge))
+    format!(
+        "<div class=\"{class}\">{}{warning}</div>\n",
+        one_line(badge)
+    )
 }
 
 fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
@@ -131,7 +134,7 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
     match shown {
         Shown::Nothing => {}
         Shown::Note(note) => {
-            let _ = writeln!(out, "<div class=\"cell-note\">{}</div>", escape(note));
+            let _ = writeln!(out, "<div class=\"cell-note\">{}</div>", one_line(note));
         }
         Shown::Frozen {
             stored,
@@ -158,7 +161,7 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
             let _ = writeln!(
                 out,
                 "<div class=\"{class}\"><div class=\"cell-error-label\">{}</div><pre>{}</pre></div>",
-                escape(label),
+                one_line(label),
                 pre_text(message.trim_end())
             );
             out.push_str(&caption_p(caption));
@@ -213,6 +216,12 @@ fn without_blank_lines(html: &str) -> String {
         .filter(|l| !l.trim().is_empty())
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Text for one line of HTML (a caption, a badge): escaped, its line breaks made spaces, since
+/// markdown would read two of them as the end of the HTML block.
+fn one_line(text: &str) -> String {
+    escape(&text.replace(['\r', '\n'], " "))
 }
 
 /// Text for inside a `<pre>`: escaped, and no line left blank. A blank line would end the
@@ -357,6 +366,31 @@ mod tests {
             "<pre>boom\n&#32;\n&#32;\nstderr:\n&#32;\nthread &#39;main&#39; &lt;x&gt;</pre>"
         ));
         assert!(out.contains("<pre class=\"cell-stdout\">a\n&#32;\nb</pre>"));
+    }
+
+    #[test]
+    fn captions_and_badges_stay_on_one_line() {
+        let block = crate::parse::split("```cell\n//| caption: a\r\r b <c>\n1\n```\n").segments;
+        let crate::parse::Segment::Cell(block) = &block[0] else {
+            panic!()
+        };
+        let stored = Stored {
+            stdout: String::new(),
+            stderr: String::new(),
+            kind: "text".into(),
+            body: "1".into(),
+        };
+        let frozen = Shown::Frozen {
+            stored,
+            badge: "GPU\n\nH200".into(),
+            stale: false,
+        };
+        let html = cell(block, &frozen, None);
+        assert!(
+            html.contains("<p class=\"cell-caption\">a   b &lt;c&gt;</p>"),
+            "{html}"
+        );
+        assert!(html.contains(">GPU  H200</div>"), "{html}");
     }
 
     #[test]

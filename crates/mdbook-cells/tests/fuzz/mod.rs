@@ -96,7 +96,13 @@ fn fuzz_chapters() {
                         stdout: cell.code.clone(),
                         expected: false,
                     };
-                    for shown in [Shown::Output(&stored), failure] {
+                    let frozen = Shown::Frozen {
+                        stored: stored.clone(),
+                        badge: cell.code.clone(),
+                        stale: true,
+                    };
+                    let note = Shown::Note(cell.code.clone());
+                    for shown in [Shown::Output(&stored), failure, frozen, note] {
                         assert_whole(&render::cell(cell, &shown, None));
                     }
                 }
