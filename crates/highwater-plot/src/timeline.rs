@@ -101,7 +101,12 @@ impl Timeline {
                 filled(MARK.mix(0.28)),
             )])?;
         }
-        let inside = theme::font(SMALL_PX).pos(Pos::new(HPos::Center, VPos::Center));
+        // Labels on a bar are drawn in black on an opaque bar, so they read in every theme;
+        // labels beside a bar follow the page's text colour.
+        let inside = theme::font(SMALL_PX)
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Center, VPos::Center));
+        let beside = theme::font(SMALL_PX).pos(Pos::new(HPos::Center, VPos::Center));
         for (i, lane) in self.lanes.iter().enumerate() {
             let y = row(i);
             let (lx, ly) = chart.backend_coord(&(0.0, y + 0.5));
@@ -111,11 +116,12 @@ impl Timeline {
                 theme::font(LABEL_PX).pos(Pos::new(HPos::Right, VPos::Center)),
             ))?;
             for (k, (label, start, stop)) in lane.spans.iter().enumerate() {
+                // Neighbouring spans alternate between the lane's colour and a lighter tint of it.
                 let colour = lane_colour(i);
-                let shade = if k % 2 == 0 { 0.85 } else { 0.6 };
+                let colour = if k % 2 == 0 { colour } else { tint(colour, 0.35) };
                 chart.draw_series([Rectangle::new(
                     [(*start, y + 0.18), (*stop, y + 0.82)],
-                    filled(colour.mix(shade)),
+                    filled(colour),
                 )])?;
                 let (x0, yc) = chart.backend_coord(&(*start, y + 0.5));
                 let (x1, _) = chart.backend_coord(&(*stop, y + 0.5));
@@ -131,13 +137,27 @@ impl Timeline {
                     root.draw(&Text::new(
                         label.clone(),
                         ((x0 + x1) / 2, yc + dy),
-                        inside.clone(),
+                        beside.clone(),
                     ))?;
                 }
             }
         }
+        // The marked windows' edges, over the bars: a translucent window alone can vanish on a
+        // dark theme where it crosses a bar of a similar lightness.
+        for m in &self.marks {
+            chart.draw_series([Rectangle::new(
+                [(m.start, 0.0), (m.end, lanes)],
+                ShapeStyle::from(&MARK).stroke_width(2),
+            )])?;
+        }
         Ok(())
     }
+}
+
+/// `c` mixed with white by `amount`: a lighter shade that stays opaque.
+fn tint(c: RGBColor, amount: f64) -> RGBColor {
+    let up = |v: u8| (f64::from(v) + (255.0 - f64::from(v)) * amount).round() as u8;
+    RGBColor(up(c.0), up(c.1), up(c.2))
 }
 
 fn lane_colour(i: usize) -> RGBColor {
