@@ -195,7 +195,8 @@ pub enum Align {
     Right,
 }
 
-/// A table of text cells, rendered as an HTML `<table>` with every cell escaped.
+/// A table of text cells, rendered as an HTML `<table>` with every cell escaped (text between
+/// backticks set as code, as markdown would).
 #[derive(Debug, Clone, Default)]
 pub struct Table {
     header: Vec<String>,
@@ -272,13 +273,13 @@ impl Table {
             .unwrap_or(0);
         let aligns: Vec<Align> = (0..width).map(|c| self.column_align(c)).collect();
         for (i, h) in self.header.iter().enumerate() {
-            let _ = write!(out, "<th{}>{}</th>", style(aligns[i]), escape(h));
+            let _ = write!(out, "<th{}>{}</th>", style(aligns[i]), escape_inline(h));
         }
         out.push_str("</tr>\n</thead>\n<tbody>\n");
         for row in &self.rows {
             out.push_str("<tr>");
             for (i, c) in row.iter().enumerate() {
-                let _ = write!(out, "<td{}>{}</td>", style(aligns[i]), escape(c));
+                let _ = write!(out, "<td{}>{}</td>", style(aligns[i]), escape_inline(c));
             }
             out.push_str("</tr>\n");
         }
@@ -315,6 +316,30 @@ pub fn utc_now() -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+/// Escapes text for HTML element content, with each span between two backticks set as
+/// `<code>`, as markdown sets it: a caption or a table cell that names `mid` shows it as code,
+/// not as literal backticks. A backtick without a partner stays as written.
+pub fn escape_inline(text: &str) -> String {
+    let pieces: Vec<&str> = text.split('`').collect();
+    let mut out = String::with_capacity(text.len());
+    for (i, piece) in pieces.iter().enumerate() {
+        match (i % 2, i + 1 == pieces.len()) {
+            (0, _) => out.push_str(&escape(piece)),
+            // An opening backtick with no closing one.
+            (_, true) => {
+                out.push('`');
+                out.push_str(&escape(piece));
+            }
+            _ => {
+                out.push_str("<code>");
+                out.push_str(&escape(piece));
+                out.push_str("</code>");
+            }
+        }
+    }
+    out
 }
 
 /// Escapes text for HTML element content and attribute values.
@@ -359,6 +384,17 @@ pub fn finish<T: CellValue>(result: Result<T, CellError>) -> Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_spans_become_code_and_the_rest_is_escaped() {
+        assert_eq!(
+            escape_inline("reads `index_k` <on> side"),
+            "reads <code>index_k</code> &lt;on&gt; side"
+        );
+        assert_eq!(escape_inline("`<a>`"), "<code>&lt;a&gt;</code>");
+        assert_eq!(escape_inline("one ` alone"), "one ` alone");
+        assert_eq!(escape_inline("no code"), "no code");
+    }
 
     #[test]
     fn table_escapes_and_aligns_numbers_right() {

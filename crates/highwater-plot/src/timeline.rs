@@ -118,7 +118,11 @@ impl Timeline {
             for (k, (label, start, stop)) in lane.spans.iter().enumerate() {
                 // Neighbouring spans alternate between the lane's colour and a lighter tint of it.
                 let colour = lane_colour(i);
-                let colour = if k % 2 == 0 { colour } else { tint(colour, 0.35) };
+                let colour = if k % 2 == 0 {
+                    colour
+                } else {
+                    tint(colour, 0.35)
+                };
                 chart.draw_series([Rectangle::new(
                     [(*start, y + 0.18), (*stop, y + 0.82)],
                     filled(colour),

@@ -220,8 +220,9 @@ fn without_blank_lines(html: &str) -> String {
 
 /// Text for one line of HTML (a caption, a badge): escaped, its line breaks made spaces, since
 /// markdown would read two of them as the end of the HTML block.
+/// Text between backticks is set as code, as markdown would set it.
 fn one_line(text: &str) -> String {
-    escape(&text.replace(['\r', '\n'], " "))
+    cell_output::escape_inline(&text.replace(['\r', '\n'], " "))
 }
 
 /// Text for inside a `<pre>`: escaped, and no line left blank. A blank line would end the

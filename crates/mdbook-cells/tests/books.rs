@@ -6,6 +6,7 @@ use mdbook_cells::config::Config;
 use mdbook_cells::{Document, Report, process};
 use std::path::{Path, PathBuf};
 
+mod browser;
 mod fuzz;
 
 fn fixture(name: &str) -> PathBuf {
@@ -193,6 +194,19 @@ fn the_projects_own_book_builds_in_strict_mode() {
     mdbook_build(&root, &out, true).unwrap();
     assert!(out.join("introduction.html").exists());
     svg_figures_render_in_chromium(&out.join("reference/cells.html"));
+    if let Some(chromium) = browser::chromium() {
+        assert!(
+            browser::pages(&out).len() >= 20,
+            "the book's pages were not found"
+        );
+        let found = browser::audit_book(chromium, &out);
+        assert!(
+            found.is_empty(),
+            "{} defects a reader would see:\n{}",
+            found.len(),
+            found.join("\n")
+        );
+    }
 }
 
 /// mdbook 0.5 lowercases raw-HTML attributes (`viewBox` → `viewbox`). A real browser must

@@ -1,0 +1,84 @@
+<script>
+// The book audit, run in a copy of each built page: what a reader would see wrong. Findings
+// land as JSON in body[data-audit]:
+// - a table wider than the content column (clipped or scrolled sideways);
+// - a literal backtick in a caption, a table cell or a badge (markdown that was not rendered);
+// - a figure element drawn with too little contrast against what it is drawn on.
+(() => {
+  const rgb = s => {
+    const m = (s || '').match(/rgba?\(([^)]+)\)/);
+    if (!m) return null;
+    const p = m[1].split(/[ ,\/]+/).filter(x => x).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const lum = c => {
+    const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+  };
+  const over = (c, a, bg) => [0, 1, 2].map(i => c[i] * a + bg[i] * (1 - a));
+  const contrast = (a, b) => {
+    const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p);
+    return (x + 0.05) / (y + 0.05);
+  };
+  // The colour a figure is drawn on: the first ancestor with an opaque background.
+  const backdrop = e => {
+    for (let n = e; n; n = n.parentElement) {
+      const c = rgb(getComputedStyle(n).backgroundColor);
+      if (c && c[3] > 0.5) return c;
+    }
+    return [255, 255, 255, 1];
+  };
+  const where = e => {
+    const c = e.closest('.cell');
+    if (!c) return 'prose';
+    const label = c.querySelector('.cell-caption, figcaption, .cell-label');
+    return (c.id || (label && label.textContent) || 'a cell').slice(0, 60);
+  };
+  const main = document.querySelector('main');
+  const column = main.clientWidth;
+  const out = [];
+  main.querySelectorAll('table').forEach(t => {
+    if (t.scrollWidth > column + 2)
+      out.push(`overflow: a table ${t.scrollWidth}px wide in a ${column}px column (${where(t)})`);
+  });
+  main.querySelectorAll('.cell-caption, figcaption, .cell-table td, .cell-table th, .cell-badge')
+    .forEach(e => {
+      if (e.textContent.includes('`'))
+        out.push(`backtick: ${e.tagName.toLowerCase()} "${e.textContent.trim().slice(0, 70)}" (${where(e)})`);
+    });
+  main.querySelectorAll('figure.cell-figure svg').forEach(svg => {
+    const box = svg.getBoundingClientRect();
+    const bg = backdrop(svg);
+    const big = r => r.width * r.height > 0.5 * box.width * box.height;
+    const shapes = [...svg.querySelectorAll('rect, path, polygon, circle')];
+    // What a text is drawn on: the last filled shape before it whose box holds its centre.
+    const under = t => {
+      const r = t.getBoundingClientRect(), x = r.x + r.width / 2, y = r.y + r.height / 2;
+      let found = bg;
+      for (const s of shapes) {
+        if (!(s.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING)) break;
+        const b = s.getBoundingClientRect(), st = getComputedStyle(s), c = rgb(st.fill);
+        if (c && c[3] > 0 && !big(b) && x >= b.left && x <= b.right && y >= b.top && y <= b.bottom)
+          found = over(c, c[3] * Number(st.fillOpacity) * Number(st.opacity), bg);
+      }
+      return found;
+    };
+    svg.querySelectorAll('text, rect, path, line, polyline, polygon, circle').forEach(e => {
+      const s = getComputedStyle(e);
+      if (s.display === 'none' || s.visibility === 'hidden') return;
+      // Backgrounds (a shape over half the figure) are meant to blend in.
+      if (e.tagName !== 'text' && big(e.getBoundingClientRect())) return;
+      if (e.tagName === 'text' && !e.textContent.trim()) return;
+      const back = e.tagName === 'text' ? under(e) : bg;
+      const seen = [[s.fill, Number(s.fillOpacity)], [s.stroke, Number(s.strokeOpacity)]]
+        .map(([c, a]) => [rgb(c), a])
+        .filter(([c]) => c && c[3] > 0)
+        .map(([c, a]) => contrast(over(c, c[3] * a * Number(s.opacity), back), back));
+      const least = e.tagName === 'text' ? 2 : 1.15;
+      if (seen.length && Math.max(...seen) < least)
+        out.push(`invisible: ${e.tagName} "${(e.textContent || '').trim().slice(0, 30)}" at contrast ${Math.max(...seen).toFixed(2)} (${where(e)})`);
+    });
+  });
+  document.body.setAttribute('data-audit', JSON.stringify(out));
+})();
+</script>
