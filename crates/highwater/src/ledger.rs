@@ -351,12 +351,19 @@ pub struct LedgerRow {
     pub bytes: u64,
     pub storage: Storage,
     pub kept: Kept,
+    /// A fresh buffer nobody keeps under this tensor's own name, held until backward because
+    /// a later tensor was written into it (in place of a view of it) and is kept.
+    pub buffer_kept_by: Option<TensorId>,
 }
 
 impl LedgerRow {
     /// The "why" column, in words.
     pub fn why(&self) -> String {
         match &self.kept {
+            Kept::No if self.buffer_kept_by.is_some() => {
+                let by = self.buffer_kept_by.map_or(0, |t| t.0);
+                format!("its buffer stays: #{by} is written into it and kept for backward")
+            }
             Kept::No => match self.storage {
                 Storage::View(p) => format!("view of #{}; nothing keeps it", p.0),
                 Storage::Fused => "fused into the next kernel".into(),
@@ -384,6 +391,7 @@ impl LedgerRow {
         let kept = match self.kept {
             Kept::Saved(_) | Kept::Backup(_) => "yes",
             Kept::Output => "output",
+            Kept::No if self.buffer_kept_by.is_some() => "its buffer",
             _ => "no",
         };
         [
@@ -696,6 +704,10 @@ impl<'a> Analysis<'a> {
                     },
                     storage: storage[i],
                     kept: kept[i].clone(),
+                    buffer_kept_by: (storage[i] == Storage::New && !holds(&kept[i]))
+                        .then(|| (i + 1..n).find(|&j| buffer_of[j].0 == i && holds(&kept[j])))
+                        .flatten()
+                        .map(TensorId),
                 }
             })
             .collect();
@@ -741,6 +753,30 @@ mod tests {
         assert_eq!(cube.forward_peak(), 2 * nh);
         let balanced = g.ledger(Checkpointing::Balanced, Backend::Cube);
         assert!(balanced.forward_peak() >= balanced.held_bytes());
+    }
+
+    /// A buffer written in place through a view and kept says so under its own name.
+    #[test]
+    fn a_buffer_kept_through_an_in_place_write_names_its_keeper() {
+        let mut g = Graph::new(DType::F32);
+        let x = g.input("x", [512, 64], true);
+        let w = g.param("w", [64, 256]);
+        let mid = g.matmul("mid", x, w);
+        let gate = g.slice("gate", mid, 1, 0, 128);
+        let up = g.slice("up", mid, 1, 128, 256);
+        let gc = g.div_scalar("g/c", gate);
+        let uc = g.div_scalar("u/c", up);
+        let tg = g.tanh("tanh(g/c)", gc);
+        let tu = g.tanh("tanh(u/c)", uc);
+        let h = g.mul("h", tg, tu);
+        g.output(h);
+        let ledger = g.ledger(Checkpointing::None, Backend::Cube);
+        let row = &ledger.rows[mid.0];
+        assert_eq!(ledger.rows[uc.0].storage, Storage::InPlace(up));
+        assert_eq!(row.buffer_kept_by, Some(uc));
+        assert_eq!(row.cells()[5], "its buffer");
+        assert!(row.why().contains(&format!("#{} is written into it", uc.0)));
+        assert!(ledger.held.iter().any(|(o, _)| *o == mid));
     }
 
     fn ffn_silu(g: &mut Graph) -> TensorId {
