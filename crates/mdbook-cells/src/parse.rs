@@ -96,6 +96,8 @@ pub fn split(markdown: &str) -> Chapter {
     let mut misplaced = Vec::new();
     let mut containers = 0usize;
     let mut prose_from = 0;
+    // Inside a raw HTML block: whether it is a comment (a cell there is commented out).
+    let mut html: Option<bool> = None;
     for (event, range) in Parser::new_ext(markdown, options).into_offset_iter() {
         match event {
             Event::Start(
@@ -116,6 +118,27 @@ pub fn split(markdown: &str) -> Chapter {
                 | TagEnd::DefinitionListTitle
                 | TagEnd::DefinitionListDefinition,
             ) => containers = containers.saturating_sub(1),
+            Event::Start(Tag::HtmlBlock) => html = Some(false),
+            Event::End(TagEnd::HtmlBlock) => html = None,
+            Event::Html(text) if html.is_some() => {
+                let comment = *html.get_or_insert(false) || text.trim_start().starts_with("<!--");
+                html = Some(comment);
+                // Markdown inside raw HTML is not parsed: a fence there is text on the page.
+                let fence = text.lines().any(|l| {
+                    let l = l.trim_start();
+                    (l.starts_with("```") || l.starts_with("~~~"))
+                        && is_cell(l.trim_start_matches(['`', '~']).trim())
+                });
+                if fence && !comment {
+                    misplaced.push(OptionError {
+                        line: line_of(range.start),
+                        message: "a cell inside an HTML block is not run (markdown inside raw \
+                                  HTML is not read); leave a blank line between the HTML tag \
+                                  and the cell"
+                            .into(),
+                    });
+                }
+            }
             Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info))) if is_cell(&info) => {
                 if containers > 0 {
                     misplaced.push(OptionError {
@@ -461,6 +484,20 @@ mod tests {
             })
             .collect();
         assert_eq!(text, md);
+    }
+
+    #[test]
+    fn a_cell_swallowed_by_an_html_block_is_flagged_unless_commented_out() {
+        let md = "<details>\n```cell\n1\n```\n</details>\n\n<details>\n\n```cell\n2\n```\n\n\
+                  </details>\n\n<!-- old\n```cell\n3\n```\n-->\n";
+        let chapter = split(md);
+        let lines: Vec<usize> = chapter.misplaced.iter().map(|m| m.line).collect();
+        // At the swallowed fence's own line.
+        assert_eq!(lines, [2], "{:?}", chapter.misplaced);
+        assert!(chapter.misplaced[0].message.contains("blank line"));
+        let cells = cells(md);
+        assert_eq!(cells.len(), 1);
+        assert_eq!(cells[0].code, "2\n");
     }
 
     #[test]
