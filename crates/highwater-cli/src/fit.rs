@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow};
 use dryrun::{CardProfile, OnRefusal};
 use highwater::RunReport;
+use highwater::limits::MAX_SEARCH_BATCH;
 use highwater::recipe::written_name;
 use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
 
@@ -14,9 +15,6 @@ use crate::args::{CardArg, FitArgs};
 use crate::commands::{quoted_line, read_input, size};
 use crate::conform::quietly;
 use crate::table::{Align, render};
-
-/// The largest batch the search tries.
-const BATCH_LIMIT: u64 = highwater::limits::MAX_SEARCH_BATCH.max;
 
 pub fn fit(a: FitArgs) -> Result<()> {
     let origin = a.model.display().to_string();
@@ -53,7 +51,7 @@ pub fn fit(a: FitArgs) -> Result<()> {
         a.steps
     );
     if a.largest_batch {
-        let search = situ::dry::largest_batch(BATCH_LIMIT, |batch| {
+        let search = situ::dry::largest_batch(MAX_SEARCH_BATCH.max, |batch| {
             let m = model.with_batch(batch).map_err(anyhow::Error::msg)?;
             Ok::<_, anyhow::Error>(quietly(|| m.dry_run(&plan, card.clone(), autotune))?)
         })?;
@@ -186,7 +184,7 @@ fn search_text(s: &BatchSearch) -> String {
             ),
             None => format!("batch {batch} dies"),
         },
-        None => format!("every batch up to {BATCH_LIMIT} fits"),
+        None => format!("every batch up to {} fits", MAX_SEARCH_BATCH.max),
     };
     format!("tried: {tried}\n{largest}\n{above}")
 }

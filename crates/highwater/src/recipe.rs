@@ -580,6 +580,26 @@ pub(crate) fn line_of(text: &str, at: usize) -> usize {
 mod tests {
     use super::*;
 
+    /// SMALL with `line` (`key = …`) given `value`: the reason it is refused, after checking
+    /// that the error blames `field` at that line.
+    fn refused_at(line: &str, value: &str, field: &str) -> String {
+        let key = line.split(" = ").next().unwrap();
+        let text = SMALL.replace(line, &format!("{key} = {value}"));
+        let at = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+        match Recipe::parse("x.toml", &text) {
+            Err(RecipeError::Invalid {
+                line,
+                field: f,
+                reason,
+                ..
+            }) => {
+                assert_eq!((line, f), (at, field), "{key} = {value}: {reason}");
+                reason
+            }
+            other => panic!("{key} = {value}: {other:?}"),
+        }
+    }
+
     const SMALL: &str = include_str!("../../../repro/recipes/small.toml");
 
     #[test]
@@ -608,21 +628,8 @@ mod tests {
                 "rest_of_model.persistent_bytes",
             ),
         ] {
-            let key = line.split(" = ").next().unwrap();
-            let text = SMALL.replace(line, &format!("{key} = {huge}"));
-            let at = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
-            match Recipe::parse("x.toml", &text) {
-                Err(RecipeError::Invalid {
-                    line,
-                    field: f,
-                    reason,
-                    ..
-                }) => {
-                    assert_eq!((line, f), (at, field), "{key}: {reason}");
-                    assert!(reason.contains(huge), "{key}: {reason}");
-                }
-                other => panic!("{key} = {huge}: {other:?}"),
-            }
+            let reason = refused_at(line, huge, field);
+            assert!(reason.contains(huge), "{line}: {reason}");
         }
         // The experts' weights overflowing only with gradients and optimizer state.
         let text = SMALL.replace("d_model = 768", "d_model = 70368744177664");
@@ -733,21 +740,8 @@ mod tests {
                 MAX_REST_TENSORS,
             ),
         ] {
-            let key = line.split(" = ").next().unwrap();
-            let text = SMALL.replace(line, &format!("{key} = {value}"));
-            let at = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
-            match Recipe::parse("x.toml", &text) {
-                Err(RecipeError::Invalid {
-                    line,
-                    field: f,
-                    reason,
-                    ..
-                }) => {
-                    assert_eq!((line, f), (at, field), "{key} = {value}: {reason}");
-                    assert!(reason.contains(&limit.to_string()), "{reason}");
-                }
-                other => panic!("{key} = {value}: {other:?}"),
-            }
+            let reason = refused_at(line, value, field);
+            assert!(reason.contains(&limit.to_string()), "{reason}");
         }
     }
 

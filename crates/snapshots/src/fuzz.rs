@@ -12,7 +12,7 @@
 //! number, so a run is reproducible and a reported case can be replayed with `FUZZ_FROM=N`.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -72,6 +72,33 @@ impl std::fmt::Display for Tally {
             self.slowest.as_secs_f64()
         )
     }
+}
+
+impl Tally {
+    /// Fails the test with every panic found, and the input saved for each.
+    pub fn assert_no_panics(&self) {
+        assert!(self.panics.is_empty(), "{:#?}", self.panics);
+    }
+}
+
+/// Seeds from disk: every file under `dir` (folders included) whose name ends in `.EXT`, named
+/// by path, in path order.
+pub fn seeds_in(dir: &Path, ext: &str) -> Vec<(String, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == ext) {
+                let bytes = std::fs::read(&path).unwrap();
+                found.push((path.display().to_string(), bytes));
+            }
+        }
+    }
+    found.sort();
+    found
 }
 
 /// Fuzzes `check` with mutations of `seeds` (name, bytes) and returns the tally; the caller

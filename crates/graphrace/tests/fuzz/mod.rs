@@ -9,13 +9,7 @@ use std::path::Path;
 #[test]
 fn fuzz_configs() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/graphrace");
-    let mut seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-        .collect();
-    seeds.sort();
+    let seeds = fuzz::seeds_in(&dir, "toml");
     let tally = fuzz::run(
         "graphrace-configs",
         &seeds,
@@ -42,5 +36,5 @@ fn fuzz_configs() {
             }
         },
     );
-    assert!(tally.panics.is_empty(), "{:#?}", tally.panics);
+    tally.assert_no_panics();
 }

@@ -9,16 +9,30 @@ use highwater::{Recipe, RecipeError, simulate};
 use snapshots::fuzz::{self, Budget, Verdict};
 use std::path::Path;
 
-fn files(dir: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let mut seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-        .collect();
-    seeds.sort();
-    seeds
+fn files(dir: &str, ext: &str) -> Vec<(String, Vec<u8>)> {
+    fuzz::seeds_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), ext)
+}
+
+/// A TOML input through `parse`: what `accepted` makes of a parsed value, or `Refused` when
+/// the error is clear (see [`assert_clear`]).
+fn check_toml<T>(
+    bytes: &[u8],
+    parse: impl Fn(&str, &str) -> Result<T, RecipeError>,
+    accepted: impl FnOnce(T),
+) -> Verdict {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Verdict::Refused;
+    };
+    match parse("fuzz.toml", text) {
+        Ok(value) => {
+            accepted(value);
+            Verdict::Accepted
+        }
+        Err(e) => {
+            assert_clear(&e, text);
+            Verdict::Refused
+        }
+    }
 }
 
 /// An error names the file, a line inside it and a reason of bounded length.
@@ -41,44 +55,25 @@ fn assert_clear(e: &RecipeError, text: &str) {
 
 #[test]
 fn fuzz_recipes() {
-    let mut seeds = files("../../repro/recipes");
-    seeds.extend(files("tests/fixtures"));
+    let mut seeds = files("../../repro/recipes", "toml");
+    seeds.extend(files("tests/fixtures", "toml"));
     let tally = fuzz::run("recipes", &seeds, Budget::from_env(300), |bytes| {
-        let Ok(text) = std::str::from_utf8(bytes) else {
-            return Verdict::Refused;
-        };
-        match Recipe::parse("fuzz.toml", text) {
-            Ok(recipe) => {
-                let seed = recipe.seeds.first().copied().unwrap_or(1);
-                let run = simulate(&recipe, seed, 1);
-                assert!(run.peak_in_use.len() <= 1, "one step asked");
-                Verdict::Accepted
-            }
-            Err(e) => {
-                assert_clear(&e, text);
-                Verdict::Refused
-            }
-        }
+        check_toml(bytes, Recipe::parse, |recipe| {
+            let seed = recipe.seeds.first().copied().unwrap_or(1);
+            let run = simulate(&recipe, seed, 1);
+            assert!(run.peak_in_use.len() <= 1, "one step asked");
+        })
     });
-    assert!(tally.panics.is_empty(), "{:#?}", tally.panics);
+    tally.assert_no_panics();
 }
 
 #[test]
 fn fuzz_decoder_models() {
-    let seeds = files("../../repro/models");
+    let seeds = files("../../repro/models", "toml");
     let tally = fuzz::run("decoders", &seeds, Budget::from_env(300), |bytes| {
-        let Ok(text) = std::str::from_utf8(bytes) else {
-            return Verdict::Refused;
-        };
-        match Decoder::parse("fuzz.toml", text) {
-            Ok(_) => Verdict::Accepted,
-            Err(e) => {
-                assert_clear(&e, text);
-                Verdict::Refused
-            }
-        }
+        check_toml(bytes, Decoder::parse, |_| {})
     });
-    assert!(tally.panics.is_empty(), "{:#?}", tally.panics);
+    tally.assert_no_panics();
 }
 
 /// Trainer logs, mutated from the fixtures (`tests/fixtures/logs`): read whole or streamed,
@@ -86,14 +81,7 @@ fn fuzz_decoder_models() {
 #[test]
 fn fuzz_trainer_logs() {
     use highwater::forensics::{IncidentTable, parse_log, parse_reader};
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs");
-    let mut seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-        .collect();
-    seeds.sort();
+    let seeds = files("tests/fixtures/logs", "log");
     let tally = fuzz::run("logs", &seeds, Budget::from_env(300), |bytes| {
         let whole = parse_log("fuzz.log", &String::from_utf8_lossy(bytes));
         match parse_reader("fuzz.log", bytes) {
@@ -112,5 +100,5 @@ fn fuzz_trainer_logs() {
             }
         }
     });
-    assert!(tally.panics.is_empty(), "{:#?}", tally.panics);
+    tally.assert_no_panics();
 }

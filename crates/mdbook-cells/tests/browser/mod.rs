@@ -26,18 +26,32 @@ pub fn chromium() -> Option<&'static str> {
     found
 }
 
-/// The audit's findings for `page` read in `theme`.
-pub fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
+/// What a probe puts into a copy of a page: `head` first in its `<head>`, `script` last in its
+/// `<body>`; the script leaves its answer in `body[data-ATTR]`. `tag` names the copy and the
+/// Chromium profile, so that probes running at once do not share either.
+pub struct Probe<'a> {
+    pub head: &'a str,
+    pub script: &'a str,
+    pub attr: &'a str,
+    pub tag: &'a str,
+}
+
+/// Loads `page` with `probe` in headless Chromium; returns the probe's answer, HTML entities
+/// decoded.
+pub fn probe(chromium: &str, page: &Path, probe: &Probe) -> String {
+    let Probe {
+        head,
+        script,
+        attr,
+        tag,
+    } = probe;
     let html = std::fs::read_to_string(page).unwrap();
-    // The theme goes in before mdbook's own script reads it; the audit runs last.
-    let set_theme =
-        format!("<head><script>localStorage.setItem('mdbook-theme', '{theme}');</script>");
-    let probed =
-        html.replacen("<head>", &set_theme, 1)
-            .replacen("</body>", &format!("{AUDIT}</body>"), 1);
-    let copy = page.with_extension(format!("audit-{theme}.html"));
+    let probed = html
+        .replacen("<head>", &format!("<head>{head}"), 1)
+        .replacen("</body>", &format!("{script}</body>"), 1);
+    let copy = page.with_extension(format!("probe-{tag}.html"));
     std::fs::write(&copy, probed).unwrap();
-    let profile = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-audit-{theme}"));
+    let profile = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{tag}"));
     let output = Command::new(chromium)
         .args([
             "--headless",
@@ -57,13 +71,12 @@ pub fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
         .expect("run chromium");
     let _ = std::fs::remove_file(&copy);
     let dom = String::from_utf8_lossy(&output.stdout);
-    let json = dom
-        .split("data-audit=\"")
+    dom.split(&format!("data-{attr}=\""))
         .nth(1)
         .and_then(|rest| rest.split('"').next())
         .unwrap_or_else(|| {
             panic!(
-                "the audit did not run on {}: {}",
+                "the probe did not run on {}: {}",
                 page.display(),
                 String::from_utf8_lossy(&output.stderr)
             )
@@ -71,8 +84,68 @@ pub fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
         .replace("&quot;", "\"")
         .replace("&lt;", "<")
         .replace("&gt;", ">")
-        .replace("&amp;", "&");
+        .replace("&amp;", "&")
+}
+
+/// The audit's findings for `page` read in `theme`.
+pub fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
+    // The theme goes in before mdbook's own script reads it; the audit runs last.
+    let head = format!("<script>localStorage.setItem('mdbook-theme', '{theme}');</script>");
+    let tag = format!("audit-{theme}");
+    let json = probe(
+        chromium,
+        page,
+        &Probe {
+            head: &head,
+            script: AUDIT,
+            attr: "audit",
+            tag: &tag,
+        },
+    );
     serde_json::from_str(&json).unwrap_or_else(|e| panic!("audit output {json:?}: {e}"))
+}
+
+/// mdbook 0.5 lowercases raw-HTML attributes (`viewBox` → `viewbox`). A real browser must
+/// still apply each inlined figure's viewBox: every figure's drawn aspect ratio is compared
+/// with its viewBox.
+pub fn svg_figures_keep_their_aspect(chromium: &str, page: &Path) {
+    let html = std::fs::read_to_string(page).unwrap();
+    assert!(
+        html.contains("<figure class=\"cell-figure\"><svg"),
+        "no inlined figure"
+    );
+    let script = r#"<script>
+const found = [...document.querySelectorAll('figure.cell-figure svg')].map(s => {
+  const v = s.viewBox.baseVal, r = s.getBoundingClientRect();
+  return [v ? v.width : 0, v ? v.height : 0, r.width, r.height].join(',');
+});
+document.body.setAttribute('data-svg-probe', found.join(';'));
+</script>"#;
+    let found = probe(
+        chromium,
+        page,
+        &Probe {
+            head: "",
+            script,
+            attr: "svg-probe",
+            tag: "svg",
+        },
+    );
+    let figures: Vec<Vec<f64>> = found
+        .split(';')
+        .map(|f| f.split(',').map(|n| n.parse().unwrap()).collect())
+        .collect();
+    assert!(!figures.is_empty(), "no figure found by the browser");
+    for f in figures {
+        let (view_w, view_h, drawn_w, drawn_h) = (f[0], f[1], f[2], f[3]);
+        assert!(view_w > 0.0 && view_h > 0.0, "viewBox lost: {f:?}");
+        assert!(drawn_w > 100.0, "figure not drawn: {f:?}");
+        let (want, got) = (view_h / view_w, drawn_h / drawn_w);
+        assert!(
+            (want - got).abs() / want < 0.05,
+            "aspect {got} instead of {want}: {f:?}"
+        );
+    }
 }
 
 /// The book's pages (not the print page, which repeats them, nor mdbook's own).
@@ -87,7 +160,7 @@ pub fn pages(book: &Path) -> Vec<PathBuf> {
                 dirs.push(path);
             } else if name.ends_with(".html")
                 && !["print.html", "404.html", "toc.html"].contains(&name.as_str())
-                && !name.contains(".audit-")
+                && !name.contains(".probe-")
             {
                 found.push(path);
             }

@@ -15,18 +15,6 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Every markdown file under `dir`, as seeds.
-fn markdown_under(dir: &Path, seeds: &mut Vec<(String, Vec<u8>)>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            markdown_under(&path, seeds);
-        } else if path.extension().is_some_and(|e| e == "md") {
-            seeds.push((path.display().to_string(), std::fs::read(&path).unwrap()));
-        }
-    }
-}
-
 /// A rendered cell's own HTML (after its code) holds no blank line: one would end the
 /// raw-HTML block and swallow the rest of the chapter.
 fn assert_whole(html: &str) {
@@ -52,12 +40,11 @@ fn assert_whole(html: &str) {
 
 #[test]
 fn fuzz_chapters() {
-    let mut seeds = Vec::new();
-    markdown_under(&repo().join("src"), &mut seeds);
-    markdown_under(
+    let mut seeds = fuzz::seeds_in(&repo().join("src"), "md");
+    seeds.extend(fuzz::seeds_in(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"),
-        &mut seeds,
-    );
+        "md",
+    ));
     let labels = Labels::from([(
         "fig-peak".to_string(),
         Label {
@@ -120,7 +107,7 @@ fn fuzz_chapters() {
             Verdict::Refused
         }
     });
-    assert!(tally.panics.is_empty(), "{:#?}", tally.panics);
+    tally.assert_no_panics();
 }
 
 #[test]
@@ -166,7 +153,7 @@ fn fuzz_cache_and_freeze_entries() {
             Verdict::Refused
         }
     });
-    assert!(tally.panics.is_empty(), "{:#?}", tally.panics);
+    tally.assert_no_panics();
 }
 
 #[test]
@@ -209,5 +196,5 @@ fn fuzz_book_configs() {
             }
         }
     });
-    assert!(tally.panics.is_empty(), "{:#?}", tally.panics);
+    tally.assert_no_panics();
 }
