@@ -57,6 +57,15 @@ impl Finding {
     }
 }
 
+/// `29.6 MiB (31027200 B)`: readable, and exact for matching against a log.
+fn readable_bytes(b: u64) -> String {
+    match b {
+        0..1024 => format!("{b} B"),
+        1024..1048576 => format!("{:.1} KiB ({b} B)", b as f64 / 1024.0),
+        _ => format!("{:.1} MiB ({b} B)", b as f64 / 1048576.0),
+    }
+}
+
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let u = |u: &Use| {
@@ -75,8 +84,8 @@ impl std::fmt::Display for Finding {
                 later,
             } => write!(
                 f,
-                "race: reuse of {} bytes at +{:#x}: {}, unordered with {}",
-                overlap.end - overlap.start,
+                "race: reuse of {} at +{:#x}: {}, unordered with {}",
+                readable_bytes(overlap.end - overlap.start),
                 overlap.start,
                 u(earlier),
                 u(later)
@@ -240,7 +249,7 @@ mod tests {
         assert_eq!(
             text,
             [
-                "race: reuse of 8388608 bytes at +0x0: consume reads `scratch` on side, unordered with produce writes `out` on main",
+                "race: reuse of 8.0 MiB (8388608 B) at +0x0: consume reads `scratch` on side, unordered with produce writes `out` on main",
                 "latent: `scratch` goes back to main's pool before consume reads `scratch` on side is ordered, and the use is not recorded",
             ]
         );

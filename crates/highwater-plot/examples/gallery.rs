@@ -10,7 +10,9 @@
 //! Each figure is also written alone as `<path>.<name>.svg`; `crowded` (16 seeds dying within
 //! 50 steps) and `empty` are there to show the edge cases.
 
-use highwater_plot::{Bar, DeathHistogram, HighWaterChart, Series, StackedBars};
+use highwater_plot::{
+    Bar, DeathHistogram, ErrorChart, ErrorLine, HighWaterChart, Series, StackedBars,
+};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -31,9 +33,9 @@ fn high_water() -> HighWaterChart {
     let card = 16 * GIB;
     let mut series = Vec::new();
     let arms: [(&str, f64, f64); 3] = [
-        ("SiTU <tensor> & Disabled", 9.0, 0.030),
-        ("SiTU fused", 8.0, 0.002),
-        ("silu control", 6.5, 0.001),
+        ("situ-tensor", 9.0, 0.030),
+        ("situ-fused", 8.0, 0.002),
+        ("silu", 6.5, 0.001),
     ];
     for (a, (arm, base, growth)) in arms.iter().enumerate() {
         for seed in 0..3u64 {
@@ -74,6 +76,7 @@ fn ledger() -> StackedBars {
         title: "What one SiTU call keeps alive for backward".into(),
         bars: vec![
             Bar {
+                arm: "situ-tensor".into(),
                 label: "tensor path, checkpointing Disabled".into(),
                 segments: vec![
                     seg("matmul inputs", 64 * MIB),
@@ -84,6 +87,7 @@ fn ledger() -> StackedBars {
                 ],
             },
             Bar {
+                arm: "situ-balanced".into(),
                 label: "tensor path, Balanced".into(),
                 segments: vec![
                     seg("matmul inputs", 64 * MIB),
@@ -92,6 +96,7 @@ fn ledger() -> StackedBars {
                 ],
             },
             Bar {
+                arm: "situ-fused".into(),
                 label: "fused kernel".into(),
                 segments: vec![
                     seg("matmul inputs", 64 * MIB),
@@ -99,6 +104,7 @@ fn ledger() -> StackedBars {
                 ],
             },
             Bar {
+                arm: "silu".into(),
                 label: "silu control".into(),
                 segments: vec![
                     seg("matmul inputs", 64 * MIB),
@@ -119,6 +125,7 @@ fn deaths() -> DeathHistogram {
         .collect();
     DeathHistogram {
         title: "Step of death over 60 seeds (tensor path, Disabled)".into(),
+        arm: "situ-tensor".into(),
         steps: 400,
         died_at,
         bin_width: None,
@@ -128,7 +135,7 @@ fn deaths() -> DeathHistogram {
 /// Many seeds dying close together: death labels must stay legible.
 fn crowded() -> HighWaterChart {
     let mut series = Vec::new();
-    for (a, arm) in ["tensor path", "tensor path, Balanced"].iter().enumerate() {
+    for (a, arm) in ["situ-tensor", "situ-balanced"].iter().enumerate() {
         for seed in 0..8u32 {
             let die = 200 + seed * 7 + a as u32 * 3;
             let points = (0..=die)
@@ -152,6 +159,39 @@ fn crowded() -> HighWaterChart {
     }
 }
 
+/// A simulator against a GPU, per step: most runs exact after the first step, some off.
+fn errors() -> ErrorChart {
+    let mut lines = Vec::new();
+    for (a, arm) in ["silu", "situ-tensor", "situ-fused"].iter().enumerate() {
+        for (c, config) in [
+            "none / cube",
+            "balanced / cube",
+            "none / fusion",
+            "balanced / fusion",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let gpu: Vec<(u64, u64)> = (1..=50)
+                .map(|s| (s, 2 * GIB + (s > 1) as u64 * GIB / 8))
+                .collect();
+            let off = if c >= 2 { (a + c) as u64 * GIB / 40 } else { 0 };
+            let sim: Vec<(u64, u64)> = gpu
+                .iter()
+                .map(|&(s, b)| (s, b - off - (s == 1) as u64 * MIB * 64))
+                .collect();
+            lines.push(ErrorLine::between(*arm, *config, gpu, sim));
+        }
+    }
+    ErrorChart {
+        title: "Simulated − measured bytes reserved, per step".into(),
+        x_desc: "step".into(),
+        y_desc: "error, % of the GPU's".into(),
+        tolerance: Some(5.0),
+        lines,
+    }
+}
+
 /// What mdbook 0.5 does to raw HTML attribute names.
 fn as_mdbook_inlines(svg: &str) -> String {
     svg.replace("viewBox=", "viewbox=")
@@ -166,13 +206,14 @@ fn main() -> std::io::Result<()> {
         ("ledger", ledger().to_svg()),
         ("deaths", deaths().to_svg()),
         ("crowded", crowded().to_svg()),
+        ("errors", errors().to_svg()),
         ("empty", HighWaterChart::default().to_svg()),
     ];
     let mut html = String::from(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>highwater-plot gallery</title>\n\
          <style>body{margin:0;font-family:sans-serif}.row{display:flex}\
          .pane{flex:1;padding:12px;min-width:0}\
-         .light{background:#ffffff;color:#000000}.dark{background:#1d1f21;color:#c5c8c6}</style>\n\
+         .light{background:#ffffff;color:#000000;--bg:#ffffff}.dark{background:#1d1f21;color:#c5c8c6;--bg:#1d1f21}</style>\n\
          </head><body>\n",
     );
     for (name, svg) in &figures {

@@ -5,13 +5,16 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::frame::{self, Area, DrawResult};
 use crate::legend::{self, Entry, Group, Swatch};
-use crate::theme::{self, FG, Keys, LABEL_PX, PALETTE, SMALL_PX, WIDTH, filled, stroke};
+use crate::theme::{self, FG, Keys, LABEL_PX, SMALL_PX, WIDTH, arm_colours, filled, stroke};
 
 /// The outcome of many seeded runs of one recipe: where each died, or that it survived.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeathHistogram {
     /// Shown above the plot; may be empty.
     pub title: String,
+    /// The arm whose runs these are: the bars are in its colour
+    /// ([`arm_colour`](crate::arm_colour)), the survivors a lighter shade of it.
+    pub arm: String,
     /// How many steps every run attempted (the x axis spans `0..steps`).
     pub steps: u32,
     /// One entry per run: `Some(step)` where it ran out of memory, `None` if it survived.
@@ -22,10 +25,14 @@ pub struct DeathHistogram {
 
 const PLOT_H: u32 = 340;
 const SURVIVOR_W: i32 = 120;
-const DIED: RGBColor = PALETTE[1];
-const SURVIVED: RGBColor = PALETTE[0];
+/// The survivors' shade of the arm's colour (over a dark page, a darker one), outlined in it.
+const SURVIVED: f64 = 0.35;
 
 impl DeathHistogram {
+    fn colour(&self) -> RGBColor {
+        arm_colours([self.arm.as_str()])[0]
+    }
+
     /// Counts per bin: `(first step of the bin, runs that died in it)`, plus the survivors.
     pub fn bins(&self) -> (Vec<(u32, u32)>, u32) {
         let w = self.width();
@@ -78,6 +85,7 @@ impl DeathHistogram {
     /// The figure as a complete, inline-safe `<svg>` element.
     pub fn to_svg(&self) -> String {
         let keys = Keys::default();
+        let colour = self.colour();
         let (bins, survived) = self.bins();
         let runs = self.died_at.len();
         let died = runs - survived as usize;
@@ -85,11 +93,11 @@ impl DeathHistogram {
             heading: None,
             entries: vec![
                 Entry {
-                    swatch: Swatch::Block(DIED),
+                    swatch: Swatch::Block(colour.mix(1.0)),
                     label: format!("died: {died} of {runs} runs, per {}-step bin", self.width()),
                 },
                 Entry {
-                    swatch: Swatch::Block(SURVIVED),
+                    swatch: Swatch::Block(colour.mix(SURVIVED)),
                     label: format!("survived all {} steps: {survived} of {runs}", self.steps),
                 },
             ],
@@ -98,7 +106,7 @@ impl DeathHistogram {
         let legend_h = legend::height(&groups, WIDTH - 10, 16);
         let size = (WIDTH, title_h + PLOT_H + legend_h);
         frame::render(&self.title, size, &keys, |root| {
-            self.draw(root, title_h, &bins, survived)?;
+            self.draw(root, title_h, &bins, survived, colour)?;
             legend::draw(root, &groups, 16, (title_h + PLOT_H) as i32)
         })
     }
@@ -109,6 +117,7 @@ impl DeathHistogram {
         title_h: u32,
         bins: &[(u32, u32)],
         survived: u32,
+        colour: RGBColor,
     ) -> DrawResult {
         let (_, rest) = root.split_vertically(title_h);
         let (plot, _) = rest.split_vertically(PLOT_H);
@@ -146,7 +155,7 @@ impl DeathHistogram {
             if count == 0 {
                 continue;
             }
-            let mut r = Rectangle::new([(start, 0), (start + w, count)], filled(DIED));
+            let mut r = Rectangle::new([(start, 0), (start + w, count)], filled(colour));
             r.set_margin(0, 0, 1, 1);
             chart.draw_series([r])?;
             if bins.len() <= 40 {
@@ -170,7 +179,11 @@ impl DeathHistogram {
             stroke(FG.mix(0.6), 1),
         ))?;
         if survived > 0 {
-            root.draw(&Rectangle::new([(x0, y), (x1, base)], filled(SURVIVED)))?;
+            root.draw(&Rectangle::new(
+                [(x0, y), (x1, base)],
+                filled(colour.mix(SURVIVED)),
+            ))?;
+            root.draw(&Rectangle::new([(x0, y), (x1, base)], stroke(colour, 1)))?;
         }
         root.draw(&Text::new(
             survived.to_string(),

@@ -4,9 +4,10 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::frame::{self, Area, DrawResult};
+use crate::labels::{self, PxBox};
 use crate::legend::{self, Entry, Group, Swatch};
 use crate::theme::{
-    self, CARD_DASH, DASHES, Keys, LABEL_PX, PALETTE, SMALL_PX, WIDTH, clean_label, stroke,
+    self, CARD_DASH, DASHES, Keys, LABEL_PX, SMALL_PX, WIDTH, arm_colours, clean_label, stroke,
     text_width,
 };
 use crate::units::{ByteUnit, format_bytes};
@@ -18,20 +19,22 @@ pub struct HighWaterChart {
     pub title: String,
     /// The card's capacity in bytes; `0` draws no capacity line.
     pub card_bytes: u64,
-    /// One line per run. Runs with the same `arm` share a colour; each gets its own dash.
+    /// One line per run. Runs with the same `arm` share a colour, the arm's in every figure
+    /// ([`arm_colour`](crate::arm_colour)); each gets its own dash.
     pub series: Vec<Series>,
 }
 
 /// One run: its per-step high-water and, if it ran out of memory, the step it died at.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Series {
-    /// The colour family (e.g. `"SiTU tensor path"`); also the legend row's heading.
+    /// The colour family (e.g. `"situ-tensor"`); also the legend row's heading.
     pub arm: String,
     /// This run within its arm (e.g. `"seed 3"`).
     pub label: String,
     /// `(step, bytes)`, in step order.
     pub points: Vec<(u32, u64)>,
-    /// The step at which a reservation failed, marked with a cross and its step number.
+    /// The step at which a reservation failed, marked with a cross labelled with the run and
+    /// the step: `s3 †250` for `"seed 3"` ([`Series::death_label`]).
     pub died_at: Option<u32>,
 }
 
@@ -39,18 +42,66 @@ pub struct Series {
 const MAX_POINTS: usize = 1600;
 const PLOT_H: u32 = 400;
 const DEATH: RGBColor = theme::FG;
+/// Half the width of a death's cross.
+const CROSS_R: i32 = 5;
+
+impl Series {
+    /// What a death marker says: the run within its arm, shortened, and the step it died at.
+    /// The arm is left out (the label is in its colour) and `seed N` is written `sN`:
+    /// `"seed 3"` → `s3 †250`; `"situ-tensor GPU"` of arm `situ-tensor` → `GPU †1`.
+    pub fn death_label(&self) -> String {
+        let step = self.died_at.map_or(String::new(), |s| format!("†{s}"));
+        let arm = clean_label(&self.arm);
+        let mut run = clean_label(&self.label);
+        if !arm.is_empty()
+            && run.len() > arm.len()
+            && run.is_char_boundary(arm.len())
+            && run[..arm.len()].eq_ignore_ascii_case(&arm)
+        {
+            let rest = &run[arm.len()..];
+            if rest.starts_with([' ', ':', ',', '/', '-', '·']) {
+                run = rest
+                    .trim_start_matches([' ', ':', ',', '/', '-', '·'])
+                    .to_string();
+            }
+        }
+        let words: Vec<&str> = run.split(' ').collect();
+        let mut short: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            let seed = words[i].eq_ignore_ascii_case("seed")
+                && words
+                    .get(i + 1)
+                    .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+            if seed {
+                short.push(format!("s{}", words[i + 1]));
+                i += 2;
+            } else {
+                short.push(words[i].to_string());
+                i += 1;
+            }
+        }
+        let run = short.join(" ");
+        match (run.is_empty(), step.is_empty()) {
+            (true, _) => step,
+            (false, true) => run,
+            (false, false) => format!("{run} {step}"),
+        }
+    }
+}
 
 impl HighWaterChart {
     /// The figure as a complete, inline-safe `<svg>` element.
     pub fn to_svg(&self) -> String {
         let mut keys = Keys::default();
         let card_key = keys.key(None, CARD_DASH);
-        let arms = arm_colours(&self.series);
-        let styled: Vec<(RGBColor, RGBColor)> = {
+        let colours = arm_colours(self.series.iter().map(|s| s.arm.as_str()));
+        let styled: Vec<Style> = {
             let mut seen: Vec<(String, usize)> = Vec::new();
             self.series
                 .iter()
-                .map(|s| {
+                .zip(colours)
+                .map(|(s, colour)| {
                     let n = match seen.iter_mut().find(|(a, _)| *a == s.arm) {
                         Some((_, n)) => {
                             *n += 1;
@@ -61,8 +112,11 @@ impl HighWaterChart {
                             0
                         }
                     };
-                    let colour = arms.iter().find(|(a, _)| *a == s.arm).expect("arm").1;
-                    (colour, keys.key(Some(colour), DASHES[n % DASHES.len()]))
+                    Style {
+                        colour,
+                        line: keys.key(Some(colour), DASHES[n % DASHES.len()]),
+                        label: keys.halo(Some(colour)),
+                    }
                 })
                 .collect()
         };
@@ -77,12 +131,12 @@ impl HighWaterChart {
         })
     }
 
-    fn legend(&self, styled: &[(RGBColor, RGBColor)], card_key: RGBColor) -> Vec<Group> {
+    fn legend(&self, styled: &[Style], card_key: RGBColor) -> Vec<Group> {
         let mut groups: Vec<Group> = Vec::new();
-        for (s, (_, key)) in self.series.iter().zip(styled) {
+        for (s, style) in self.series.iter().zip(styled) {
             let heading = Some(clean_label(&s.arm)).filter(|a| !a.is_empty());
             let entry = Entry {
-                swatch: Swatch::Line(*key, 2),
+                swatch: Swatch::Line(style.line, 2),
                 label: s.label.clone(),
             };
             match groups.iter_mut().find(|g| g.heading == heading) {
@@ -103,7 +157,7 @@ impl HighWaterChart {
         if self.series.iter().any(|s| s.died_at.is_some()) {
             extra.entries.push(Entry {
                 swatch: Swatch::Cross(DEATH),
-                label: "out of memory at step N".into(),
+                label: "out of memory: run †step".into(),
             });
         }
         if !extra.entries.is_empty() {
@@ -118,7 +172,7 @@ impl HighWaterChart {
         &self,
         root: &Area<'_>,
         title_h: u32,
-        styled: &[(RGBColor, RGBColor)],
+        styled: &[Style],
         card_key: RGBColor,
     ) -> DrawResult {
         let (_, rest) = root.split_vertically(title_h);
@@ -163,7 +217,7 @@ impl HighWaterChart {
         let mut mesh = chart.configure_mesh();
         frame::style_mesh(&mut mesh);
         mesh.x_desc("step")
-            .y_desc("pool high-water")
+            .y_desc("pool reserved")
             .x_labels(12)
             .y_labels(9)
             .y_label_formatter(&y_fmt)
@@ -190,11 +244,11 @@ impl HighWaterChart {
             ))?;
         }
 
-        for (s, (_, key)) in self.series.iter().zip(styled) {
+        for (s, style) in self.series.iter().zip(styled) {
             let pts = decimate(&s.points, MAX_POINTS);
             chart.draw_series(LineSeries::new(
                 pts.into_iter().map(|(x, b)| (x, unit.scale(b))),
-                stroke(*key, 2),
+                stroke(style.line, 2),
             ))?;
         }
 
@@ -210,7 +264,7 @@ impl HighWaterChart {
             ))?;
         }
         let mut deaths: Vec<Death> = Vec::new();
-        for (i, (s, (colour, _))) in self.series.iter().zip(styled).enumerate() {
+        for (i, (s, style)) in self.series.iter().zip(styled).enumerate() {
             let Some(step) = s.died_at else { continue };
             let bytes = s
                 .points
@@ -220,28 +274,34 @@ impl HighWaterChart {
                 .next_back()
                 .unwrap_or(self.card_bytes);
             let at = chart.backend_coord(&(step, unit.scale(bytes)));
-            legend::cross(root, at, 5, *colour)?;
+            legend::cross(root, at, CROSS_R, style.colour)?;
+            taken.push(PxBox::around(at, CROSS_R));
             deaths.push(Death {
                 series: i,
                 step,
                 at,
-                colour: *colour,
+                colour: style.colour,
+                halo: style.label,
             });
         }
+        // Every cross gets its label; where crosses crowd, labels move out and a thin line
+        // leads back to the cross.
         let bounds = PxBox::new(plot_x.start, plot_y.start, plot_x.end, plot_y.end);
         for d in label_order(&self.series, &deaths) {
-            let label = d.step.to_string();
+            let label = self.series[d.series].death_label();
             let w = text_width(&label, SMALL_PX) as i32 + 4;
-            if let Some(b) = place(d.at, w, 13, bounds, &taken) {
-                taken.push(b);
-                root.draw(&Text::new(
-                    label,
-                    ((b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2),
-                    theme::bold(SMALL_PX)
-                        .color(&d.colour)
-                        .pos(Pos::new(HPos::Center, VPos::Center)),
-                ))?;
+            let b = labels::place(d.at, w, 13, bounds, &taken);
+            taken.push(b);
+            if labels::needs_leader(d.at, &b) {
+                labels::leader(root, d.at, CROSS_R, &b, d.colour)?;
             }
+            root.draw(&Text::new(
+                label,
+                b.centre(),
+                theme::bold(SMALL_PX)
+                    .color(&d.halo)
+                    .pos(Pos::new(HPos::Center, VPos::Center)),
+            ))?;
         }
         Ok(())
     }
@@ -254,6 +314,19 @@ struct Death {
     step: u32,
     at: (i32, i32),
     colour: RGBColor,
+    /// The key its label is drawn with: the colour over a halo.
+    halo: RGBColor,
+}
+
+/// How one series is drawn.
+#[derive(Clone, Copy, Debug)]
+struct Style {
+    /// Its arm's colour.
+    colour: RGBColor,
+    /// The key of its line: the colour and its dash.
+    line: RGBColor,
+    /// The key of its death label: the colour over a halo.
+    label: RGBColor,
 }
 
 /// Labels go in this order, so when space runs out the informative ones are already placed:
@@ -281,45 +354,6 @@ fn label_order(series: &[Series], deaths: &[Death]) -> Vec<Death> {
     out
 }
 
-/// A pixel box `[x0, x1) × [y0, y1)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PxBox {
-    x0: i32,
-    y0: i32,
-    x1: i32,
-    y1: i32,
-}
-
-impl PxBox {
-    fn new(x0: i32, y0: i32, x1: i32, y1: i32) -> Self {
-        PxBox { x0, y0, x1, y1 }
-    }
-
-    fn overlaps(&self, o: &PxBox) -> bool {
-        self.x0 < o.x1 && o.x0 < self.x1 && self.y0 < o.y1 && o.y0 < self.y1
-    }
-
-    fn inside(&self, o: &PxBox) -> bool {
-        self.x0 >= o.x0 && self.x1 <= o.x1 && self.y0 >= o.y0 && self.y1 <= o.y1
-    }
-}
-
-/// A free `w × h` slot for a label above the point `(x, y)`: straight above first, then
-/// nudged sideways, then a row higher. `None` when every candidate is taken.
-fn place((x, y): (i32, i32), w: i32, h: i32, bounds: PxBox, taken: &[PxBox]) -> Option<PxBox> {
-    for row in 0..6 {
-        let top = y - 9 - h - row * h;
-        for dx in [0, w / 2 + 1, -w / 2 - 1, w + 2, -w - 2] {
-            let cx = x + dx;
-            let b = PxBox::new(cx - w / 2, top, cx - w / 2 + w, top + h);
-            if b.inside(&bounds) && !taken.iter().any(|t| t.overlaps(&b)) {
-                return Some(b);
-            }
-        }
-    }
-    None
-}
-
 /// `n` rounded up to two significant digits: 400 → 400, 157 → 160, 1234 → 1300.
 fn round_up(n: u32) -> u32 {
     let mut unit = 1u32;
@@ -327,17 +361,6 @@ fn round_up(n: u32) -> u32 {
         unit *= 10;
     }
     n.div_ceil(unit).saturating_mul(unit).max(1)
-}
-
-fn arm_colours(series: &[Series]) -> Vec<(String, RGBColor)> {
-    let mut arms: Vec<(String, RGBColor)> = Vec::new();
-    for s in series {
-        if !arms.iter().any(|(a, _)| *a == s.arm) {
-            let c = PALETTE[arms.len() % PALETTE.len()];
-            arms.push((s.arm.clone(), c));
-        }
-    }
-    arms
 }
 
 /// At most about `max` points: the largest value of each run of consecutive points.
@@ -382,19 +405,7 @@ mod tests {
     }
 
     #[test]
-    fn labels_never_overlap_and_extremes_come_first() {
-        let bounds = PxBox::new(0, 0, 800, 400);
-        let mut taken = Vec::new();
-        for i in 0..40 {
-            if let Some(b) = place((300 + i * 3, 100), 24, 13, bounds, &taken) {
-                assert!(b.inside(&bounds));
-                assert!(taken.iter().all(|t: &PxBox| !t.overlaps(&b)));
-                taken.push(b);
-            }
-        }
-        assert!(taken.len() >= 10, "{}", taken.len());
-        assert!(taken.len() < 40, "some labels must give way");
-
+    fn extremes_are_labelled_first() {
         let series: Vec<Series> = ["a", "a", "a", "b"]
             .iter()
             .map(|arm| Series {
@@ -406,12 +417,40 @@ mod tests {
             series,
             step,
             at: (0, 0),
-            colour: PALETTE[0],
+            colour: theme::PALETTE[0],
+            halo: theme::PALETTE[0],
         };
         let order = label_order(&series, &[d(0, 250), d(1, 200), d(2, 300), d(3, 260)]);
         let steps: Vec<u32> = order.iter().map(|d| d.step).collect();
         // earliest of a (200), earliest of b (260); latest of a (300); the middle one last
         assert_eq!(steps, vec![200, 260, 300, 250]);
+    }
+
+    #[test]
+    fn death_labels_name_the_run_briefly() {
+        let s = |arm: &str, label: &str, died_at| Series {
+            arm: arm.into(),
+            label: label.into(),
+            died_at,
+            ..Series::default()
+        };
+        assert_eq!(s("silu", "silu seed 2", Some(312)).death_label(), "s2 †312");
+        assert_eq!(s("situ", "seed 12", Some(7)).death_label(), "s12 †7");
+        assert_eq!(
+            s("situ-tensor", "situ-tensor GPU", Some(1)).death_label(),
+            "GPU †1"
+        );
+        assert_eq!(
+            s("batch 4 096", "batch 4 096: reserved", Some(2)).death_label(),
+            "reserved †2"
+        );
+        assert_eq!(
+            s("a", "seeds galore", Some(3)).death_label(),
+            "seeds galore †3"
+        );
+        assert_eq!(s("situ", "situ", Some(3)).death_label(), "situ †3");
+        assert_eq!(s("", "", Some(9)).death_label(), "†9");
+        assert_eq!(s("x", "seed 1", None).death_label(), "s1");
     }
 
     #[test]
@@ -422,18 +461,6 @@ mod tests {
         assert_eq!(round_up(7), 7);
         assert_eq!(round_up(0), 1);
         assert!(round_up(u32::MAX) >= u32::MAX / 10 * 9);
-    }
-
-    #[test]
-    fn arms_share_colours_in_order() {
-        let s = |arm: &str| Series {
-            arm: arm.into(),
-            ..Series::default()
-        };
-        let c = arm_colours(&[s("a"), s("b"), s("a")]);
-        assert_eq!(c.len(), 2);
-        assert_eq!(c[0].1, PALETTE[0]);
-        assert_eq!(c[1].1, PALETTE[1]);
     }
 }
 

@@ -12,8 +12,8 @@ use crate::theme::{self, LABEL_PX, clean_label, filled, font, stroke, text_width
 pub(crate) enum Swatch {
     /// A short line in a (key) colour.
     Line(RGBColor, u32),
-    /// A filled square.
-    Block(RGBColor),
+    /// A filled square (a colour at some opacity: a shade of it).
+    Block(RGBAColor),
     /// The death marker.
     Cross(RGBColor),
 }

@@ -3,7 +3,8 @@
 //!
 //! Every figure is plain data in, a complete `<svg>` element out:
 //! - [`HighWaterChart`]: per-step pool high-water of arms × seeds against the card's capacity,
-//!   with the step each run died at marked;
+//!   with the step each run died at marked and labelled;
+//! - [`ErrorChart`]: signed percentages per step, e.g. a simulator's error against a GPU;
 //! - [`StackedBars`]: what each path keeps alive per call, stacked by op, in bytes;
 //! - [`DeathHistogram`]: when runs die over many seeds, survivors set apart.
 //!
@@ -11,6 +12,8 @@
 //! - text, axes and grid are drawn in `currentColor` (the grid at reduced opacity), the
 //!   background is transparent, and series use a colour-blind-safe palette of mid-lightness
 //!   that reads on mdbook's light and dark themes alike;
+//! - an arm has one colour in every figure ([`arm_colour`]): series are coloured by their arm,
+//!   and what differs within an arm (seeds, configurations, parts of a bar) by dash or shade;
 //! - no XML declaration, no script, no external reference, no blank line (a blank line would
 //!   end the raw HTML block in CommonMark), `width="100%"` with the `viewBox` kept, so the
 //!   figure scales down with the page. A lowercased `viewbox` (mdbook 0.5 lowercases raw-HTML
@@ -22,8 +25,10 @@
 
 mod bars;
 mod deaths;
+mod errors;
 mod frame;
 mod highwater;
+mod labels;
 mod legend;
 mod rates;
 mod theme;
@@ -32,8 +37,9 @@ mod units;
 
 pub use bars::{Bar, StackedBars};
 pub use deaths::DeathHistogram;
+pub use errors::{ErrorChart, ErrorLine};
 pub use highwater::{HighWaterChart, Series};
 pub use rates::{Curve, RateChart};
-pub use theme::PALETTE;
+pub use theme::{PALETTE, arm_colour, arm_colours, arm_key};
 pub use timeline::{Lane, Mark, Timeline};
-pub use units::format_bytes;
+pub use units::{format_bytes, format_bytes_exact};

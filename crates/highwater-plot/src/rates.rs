@@ -4,7 +4,7 @@ use plotters::prelude::*;
 
 use crate::frame::{self, Area, DrawResult};
 use crate::legend::{self, Entry, Group, Swatch};
-use crate::theme::{DASHES, Keys, PALETTE, WIDTH, filled, stroke};
+use crate::theme::{DASHES, Keys, WIDTH, arm_colours, filled, stroke};
 
 /// Percentages (0–100) of several curves over one x axis.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -13,14 +13,18 @@ pub struct RateChart {
     pub title: String,
     pub x_desc: String,
     pub y_desc: String,
-    /// Curves in legend order; each gets its own colour and dash, so curves lying on top of
-    /// each other (several at zero) stay distinguishable in the legend and at the markers.
+    /// Curves in legend order. Curves of one arm share the arm's colour
+    /// ([`arm_colour`](crate::arm_colour)); each curve gets its own dash, so curves lying on top
+    /// of each other (several at zero) stay distinguishable in the legend and at the markers.
     pub curves: Vec<Curve>,
 }
 
 /// One configuration's rate at each x.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Curve {
+    /// The arm (configuration) the curve belongs to, which gives its colour; empty: the
+    /// label does.
+    pub arm: String,
     pub label: String,
     /// `(x, percent)`, in x order.
     pub points: Vec<(f64, f64)>,
@@ -32,14 +36,17 @@ impl RateChart {
     /// The figure as a complete, inline-safe `<svg>` element.
     pub fn to_svg(&self) -> String {
         let mut keys = Keys::default();
-        let styles: Vec<(RGBColor, RGBColor)> = self
-            .curves
-            .iter()
+        let colours = arm_colours(self.curves.iter().map(|c| {
+            if c.arm.trim().is_empty() {
+                c.label.as_str()
+            } else {
+                c.arm.as_str()
+            }
+        }));
+        let styles: Vec<(RGBColor, RGBColor)> = colours
+            .into_iter()
             .enumerate()
-            .map(|(i, _)| {
-                let colour = PALETTE[i % PALETTE.len()];
-                (colour, keys.key(Some(colour), DASHES[i % DASHES.len()]))
-            })
+            .map(|(i, colour)| (colour, keys.key(Some(colour), DASHES[i % DASHES.len()])))
             .collect();
         let groups = vec![Group {
             heading: None,
@@ -95,9 +102,14 @@ impl RateChart {
         let x_fmt = |v: &f64| format!("{v:.0}");
         let mut mesh = chart.configure_mesh();
         frame::style_mesh(&mut mesh);
-        mesh.x_desc(self.x_desc.as_str())
-            .y_desc(self.y_desc.as_str())
-            .x_labels(12)
+        // An empty description would be an empty text element.
+        if !self.x_desc.trim().is_empty() {
+            mesh.x_desc(self.x_desc.as_str());
+        }
+        if !self.y_desc.trim().is_empty() {
+            mesh.y_desc(self.y_desc.as_str());
+        }
+        mesh.x_labels(12)
             .y_labels(6)
             .x_label_formatter(&x_fmt)
             .y_label_formatter(&y_fmt)
@@ -124,10 +136,12 @@ mod tests {
                 Curve {
                     label: "on".into(),
                     points: vec![(10.0, 0.0), (60.0, 15.3)],
+                    ..Curve::default()
                 },
                 Curve {
                     label: "off".into(),
                     points: vec![(10.0, 0.0), (60.0, 0.0)],
+                    ..Curve::default()
                 },
             ],
         };
@@ -137,5 +151,30 @@ mod tests {
         assert!(text("on") && text("off"), "{svg}");
         assert_eq!(svg.matches("<circle").count(), 4);
         assert!(text("20 %"), "the top rounds up to 20 %");
+    }
+
+    #[test]
+    fn curves_of_one_arm_share_its_colour() {
+        let curve = |arm: &str, label: &str| Curve {
+            arm: arm.into(),
+            label: label.into(),
+            points: vec![(1.0, 1.0), (2.0, 2.0)],
+        };
+        let chart = RateChart {
+            curves: vec![
+                curve("overlap", "overlap, ×1"),
+                curve("overlap", "overlap, ×2"),
+                curve("serialized", "serialized"),
+            ],
+            ..RateChart::default()
+        };
+        let svg = chart.to_svg();
+        let hex = |c: RGBColor| format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+        let incident = crate::arm_colour("incident").unwrap();
+        let control = crate::arm_colour("overlap-off").unwrap();
+        // Two curves of two points: four markers in the overlap arm's colour, its
+        // configuration's (incident).
+        assert_eq!(svg.matches(&hex(incident)).count(), 4, "{svg}");
+        assert_eq!(svg.matches(&hex(control)).count(), 2);
     }
 }

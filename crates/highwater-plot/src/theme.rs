@@ -26,6 +26,190 @@ pub const PALETTE: [RGBColor; 8] = [
     RGBColor(0x00, 0x99, 0x99), // teal
 ];
 
+/// Which palette colour an arm owns, in every figure of the book: a reader who learnt that
+/// orange is the SiTU tensor path in one figure must find it orange in the next.
+///
+/// Two experiments share the palette, and no figure shows both. Part I's SiTU wave (its recipes,
+/// the activations the simulator and the reruns name, the arms of the incident's logs) owns six
+/// colours; Part II's graph-capture race owns its configurations' (each GPU arm shares its
+/// configuration's colour), and gives the same role the same colour as Part I where one exists:
+/// the culprit orange, the control blue, the fix green. Reddish purple belongs to no arm: it
+/// goes first to names no arm owns ([`arm_colours`]).
+struct KnownArm {
+    /// The name figures are keyed by.
+    key: &'static str,
+    /// The names cells write for it, normalised ([`normalise`]).
+    aliases: &'static [&'static str],
+    /// Index into [`PALETTE`].
+    colour: usize,
+}
+
+const KNOWN_ARMS: [KnownArm; 13] = [
+    // Part I: the SiTU wave.
+    KnownArm {
+        key: "silu",
+        aliases: &["silu", "silu-control", "small"],
+        colour: 0,
+    },
+    KnownArm {
+        key: "situ-tensor",
+        aliases: &["situ-tensor", "situ", "situ-tensor-path", "tensor-path"],
+        colour: 1,
+    },
+    KnownArm {
+        key: "situ-fused",
+        aliases: &[
+            "situ-fused",
+            "situ-fused-kernel",
+            "fused-situ-kernel",
+            "fused-situ",
+            "fused",
+        ],
+        colour: 2,
+    },
+    KnownArm {
+        key: "situ-balanced",
+        aliases: &["situ-balanced"],
+        colour: 3,
+    },
+    KnownArm {
+        key: "moe",
+        aliases: &["moe"],
+        colour: 4,
+    },
+    KnownArm {
+        key: "attnres",
+        aliases: &["attnres", "attn-res"],
+        colour: 5,
+    },
+    // Part II: the graph-capture race, configurations and the GPU arms that run them.
+    KnownArm {
+        key: "incident",
+        aliases: &["incident", "overlap"],
+        colour: 1,
+    },
+    KnownArm {
+        key: "overlap-off",
+        aliases: &["overlap-off", "serialized"],
+        colour: 0,
+    },
+    KnownArm {
+        key: "record-stream",
+        aliases: &["record-stream", "recorded"],
+        colour: 2,
+    },
+    KnownArm {
+        key: "clone",
+        aliases: &["clone"],
+        colour: 3,
+    },
+    KnownArm {
+        key: "fp8",
+        aliases: &["fp8"],
+        colour: 4,
+    },
+    KnownArm {
+        key: "logits-cached",
+        aliases: &["logits-cached"],
+        colour: 5,
+    },
+    KnownArm {
+        key: "eager",
+        aliases: &["eager"],
+        colour: 7,
+    },
+];
+
+/// `name` as aliases are written: lower case, parenthesised asides dropped, every run of other
+/// characters than letters and digits one `-`. `"SiTU tensor path"` → `situ-tensor-path`,
+/// `"silu (control)"` → `silu`.
+fn normalise(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut depth = 0u32;
+    for c in name.chars().flat_map(char::to_lowercase) {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth = depth.saturating_sub(1),
+            _ if depth > 0 => {}
+            c if c.is_alphanumeric() => out.push(c),
+            _ if !out.is_empty() && !out.ends_with('-') => out.push('-'),
+            _ => {}
+        }
+    }
+    out.trim_end_matches('-').to_string()
+}
+
+fn known(name: &str) -> Option<&'static KnownArm> {
+    let n = normalise(name);
+    KNOWN_ARMS.iter().find(|a| a.aliases.contains(&n.as_str()))
+}
+
+/// The arm `name` stands for (`"SiTU tensor path"`, `"situ"` → `"situ-tensor"`), or `None` for a
+/// name no known arm goes by.
+pub fn arm_key(name: &str) -> Option<&'static str> {
+    known(name).map(|a| a.key)
+}
+
+/// The colour `name`'s arm has in every figure, or `None` for a name no known arm goes by
+/// (a chart gives those a colour of its own: [`arm_colours`]).
+///
+/// ```
+/// use highwater_plot::{PALETTE, arm_colour};
+/// assert_eq!(arm_colour("situ-tensor"), arm_colour("SiTU tensor path"));
+/// assert_eq!(arm_colour("silu (control)"), Some(PALETTE[0]));
+/// assert_eq!(arm_colour("variant"), None);
+/// ```
+pub fn arm_colour(name: &str) -> Option<RGBColor> {
+    known(name).map(|a| PALETTE[a.colour])
+}
+
+/// The colour of each of one chart's arms, in the order of `names` (which may repeat).
+///
+/// Known arms get their own colour ([`arm_colour`]). Names no known arm goes by are sorted, so
+/// that their colours do not depend on the order they come in, and each takes the first colour
+/// that no arm of this chart has: first the colours no known arm owns, then the others in
+/// palette order. Only a chart with more arms than the palette has colours repeats one.
+pub fn arm_colours<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<RGBColor> {
+    let names: Vec<&str> = names.into_iter().collect();
+    let mut taken: Vec<usize> = names
+        .iter()
+        .filter_map(|n| known(n).map(|a| a.colour))
+        .collect();
+    let mut unknown: Vec<(String, &str)> = names
+        .iter()
+        .filter(|n| known(n).is_none())
+        .map(|n| (clean_label(n), *n))
+        .collect();
+    unknown.sort();
+    unknown.dedup_by(|a, b| a.0 == b.0);
+    let owned = |i: &usize| KNOWN_ARMS.iter().any(|a| a.colour == *i);
+    let order: Vec<usize> = (0..PALETTE.len())
+        .filter(|i| !owned(i))
+        .chain((0..PALETTE.len()).filter(owned))
+        .collect();
+    let mut given: Vec<(String, usize)> = Vec::new();
+    for (k, (name, _)) in unknown.iter().enumerate() {
+        let i = order
+            .iter()
+            .copied()
+            .find(|i| !taken.contains(i))
+            .unwrap_or(order[k % order.len()]);
+        taken.push(i);
+        given.push((name.clone(), i));
+    }
+    names
+        .iter()
+        .map(|n| match known(n) {
+            Some(a) => PALETTE[a.colour],
+            None => {
+                let n = clean_label(n);
+                let i = given.iter().find(|(g, _)| *g == n).map_or(0, |g| g.1);
+                PALETTE[i]
+            }
+        })
+        .collect()
+}
+
 /// Stroke dash patterns for the series of one colour family (one per seed), cycled.
 pub(crate) const DASHES: [&str; 8] = [
     "",
@@ -115,7 +299,14 @@ pub(crate) struct Paint {
     pub(crate) color: String,
     /// Value of `stroke-dasharray`, empty for a solid stroke.
     pub(crate) dash: String,
+    /// Text drawn over a halo of the page's background, so that it reads across lines.
+    pub(crate) halo: bool,
 }
+
+/// The halo behind labels that sit on data: the page's background (mdbook's `--bg`, white
+/// where a page has none), painted under the glyphs.
+pub(crate) const HALO: &str =
+    " stroke=\"var(--bg, #FFFFFF)\" stroke-width=\"3\" paint-order=\"stroke\"";
 
 /// Hands out key colours and remembers what each stands for.
 #[derive(Debug, Default)]
@@ -126,6 +317,15 @@ pub(crate) struct Keys {
 impl Keys {
     /// A key colour that will be drawn as `color` with the given dash pattern.
     pub(crate) fn key(&mut self, color: Option<RGBColor>, dash: &str) -> RGBColor {
+        self.paint(color, dash, false)
+    }
+
+    /// A key colour for text drawn as `color` over a halo of the page's background.
+    pub(crate) fn halo(&mut self, color: Option<RGBColor>) -> RGBColor {
+        self.paint(color, "", true)
+    }
+
+    fn paint(&mut self, color: Option<RGBColor>, dash: &str, halo: bool) -> RGBColor {
         let color = match color {
             Some(c) => hex(c),
             None => "currentColor".to_string(),
@@ -133,7 +333,7 @@ impl Keys {
         if let Some(i) = self
             .paints
             .iter()
-            .position(|p| p.color == color && p.dash == dash)
+            .position(|p| p.color == color && p.dash == dash && p.halo == halo)
         {
             return key_color(i);
         }
@@ -141,6 +341,7 @@ impl Keys {
         self.paints.push(Paint {
             color,
             dash: dash.to_string(),
+            halo,
         });
         key_color(self.paints.len() - 1)
     }
@@ -181,6 +382,9 @@ impl Keys {
                 out.push_str(&format!("=\"{}\"", paint.color));
                 if is_stroke && !paint.dash.is_empty() {
                     out.push_str(&format!(" stroke-dasharray=\"{}\"", paint.dash));
+                }
+                if !is_stroke && paint.halo {
+                    out.push_str(HALO);
                 }
                 rest = &tail[10..];
             } else {
@@ -249,13 +453,16 @@ mod tests {
         let a = keys.key(Some(PALETTE[0]), "7 4");
         let b = keys.key(Some(PALETTE[0]), "7 4");
         let c = keys.key(None, CARD_DASH);
+        let h = keys.halo(Some(PALETTE[0]));
         assert_eq!(a, b);
         assert_ne!(a, c);
+        assert_ne!(h, keys.key(Some(PALETTE[0]), ""));
         let raw = format!(
-            "<svg width=\"10\" height=\"10\">\n<polyline stroke=\"{}\" opacity=\"1\"/>\n\n<text fill=\"{}\">#010203 a</text>\n<line stroke=\"{}\"/>\n</svg>\n",
+            "<svg width=\"10\" height=\"10\">\n<polyline stroke=\"{}\" opacity=\"1\"/>\n\n<text fill=\"{}\">#010203 a</text>\n<line stroke=\"{}\"/>\n<text fill=\"{}\">b</text>\n</svg>\n",
             hex(a),
             hex(FG),
-            hex(c)
+            hex(c),
+            hex(h)
         );
         let out = keys.finish(&raw, (10, 10), "t");
         assert!(out.contains("<polyline stroke=\"#648FFF\" stroke-dasharray=\"7 4\"/>"));
@@ -264,9 +471,113 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("<line stroke=\"currentColor\" stroke-dasharray=\"9 5\"/>"));
+        assert!(
+            out.contains(&format!("<text fill=\"#648FFF\"{HALO}>b</text>")),
+            "{out}"
+        );
         assert!(!out.contains("\n\n"));
         assert!(!out.contains("opacity=\"1\""));
         assert!(out.starts_with("<svg xmlns"));
+    }
+
+    #[test]
+    fn every_name_a_cell_writes_finds_its_arm() {
+        for (names, key) in [
+            (
+                &["silu", "silu (control)", "silu control", "small", "SiLU"][..],
+                "silu",
+            ),
+            (
+                &["situ-tensor", "situ", "SiTU tensor path", "situ_tensor"][..],
+                "situ-tensor",
+            ),
+            (
+                &["situ-fused", "SiTU fused", "fused SiTU kernel", "fused"][..],
+                "situ-fused",
+            ),
+            (&["situ-balanced"][..], "situ-balanced"),
+            (&["moe", "MoE"][..], "moe"),
+            (&["attnres"][..], "attnres"),
+            (&["incident", "overlap"][..], "incident"),
+            (&["overlap-off", "serialized"][..], "overlap-off"),
+            (&["record-stream", "recorded"][..], "record-stream"),
+        ] {
+            for n in names {
+                assert_eq!(arm_key(n), Some(key), "{n}");
+            }
+        }
+        for n in [
+            "variant",
+            "batch 4 096",
+            "",
+            "situ-tensor / balanced / cube",
+        ] {
+            assert_eq!(arm_key(n), None, "{n}");
+        }
+    }
+
+    #[test]
+    fn arms_of_one_experiment_never_share_a_colour() {
+        let part_1 = [
+            "silu",
+            "situ-tensor",
+            "situ-fused",
+            "situ-balanced",
+            "moe",
+            "attnres",
+        ];
+        let part_2 = [
+            "incident",
+            "overlap-off",
+            "record-stream",
+            "clone",
+            "fp8",
+            "logits-cached",
+            "eager",
+        ];
+        for family in [&part_1[..], &part_2[..]] {
+            let colours: Vec<RGBColor> = family.iter().map(|a| arm_colour(a).unwrap()).collect();
+            for (i, c) in colours.iter().enumerate() {
+                assert!(!colours[..i].contains(c), "{} repeats a colour", family[i]);
+            }
+        }
+        // The same role, the same colour in both: the culprit, the control, the fix.
+        assert_eq!(arm_colour("situ-tensor"), arm_colour("incident"));
+        assert_eq!(arm_colour("silu"), arm_colour("serialized"));
+        assert_eq!(arm_colour("situ-fused"), arm_colour("recorded"));
+        assert!(part_1.len() + part_2.len() == KNOWN_ARMS.len());
+    }
+
+    #[test]
+    fn unknown_arms_avoid_the_chart_s_known_ones_and_ignore_order() {
+        let c = arm_colours(["variant", "silu", "variant"]);
+        assert_eq!(c[0], c[2]);
+        assert_eq!(c[1], PALETTE[0]);
+        // First a colour no known arm owns.
+        assert!(KNOWN_ARMS.iter().all(|a| PALETTE[a.colour] != c[0]));
+        // Then known arms' colours, but never one of an arm in the chart.
+        let names = ["b", "a", "situ-tensor", "c", "silu", "d"];
+        let c = arm_colours(names);
+        for (i, n) in names.iter().enumerate() {
+            if arm_key(n).is_none() {
+                assert_ne!(c[i], PALETTE[0]);
+                assert_ne!(c[i], PALETTE[1]);
+                assert!(
+                    names.iter().zip(&c).all(|(m, d)| m == n || d != &c[i]),
+                    "{n}"
+                );
+            }
+        }
+        // Unknown names are coloured by name, not by order of appearance.
+        let reversed: Vec<&str> = names.iter().rev().copied().collect();
+        let r = arm_colours(reversed.iter().copied());
+        for (i, n) in names.iter().enumerate() {
+            let j = reversed.iter().position(|m| m == n).unwrap();
+            assert_eq!(c[i], r[j], "{n}");
+        }
+        // More arms than colours: each still gets one.
+        let many: Vec<String> = (0..12).map(|i| format!("arm {i}")).collect();
+        assert_eq!(arm_colours(many.iter().map(String::as_str)).len(), 12);
     }
 
     #[test]

@@ -5,9 +5,12 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::frame::{self, Area, DrawResult};
 use crate::legend::{self, Entry, Group, Swatch};
-use crate::theme::{self, Keys, LABEL_PX, PALETTE, SMALL_PX, WIDTH, filled, text_width};
+use crate::theme::{self, FG, Keys, LABEL_PX, PALETTE, SMALL_PX, WIDTH, filled, text_width};
 
 /// Lanes of labelled spans on one time axis, and windows to mark across all lanes.
+///
+/// Lanes are not arms: their spans are drawn in shades of the page's text colour, so that no
+/// arm's colour takes another meaning here; only the marked windows are coloured.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Timeline {
     /// Shown above the plot; may be empty.
@@ -34,23 +37,24 @@ pub struct Mark {
 }
 
 const LANE_H: u32 = 64;
-const MARK: RGBColor = PALETTE[3];
+/// The marked windows: orange, the colour the book gives the race's culprit configuration.
+const MARK: RGBColor = PALETTE[1];
+/// Neighbouring spans of a lane alternate between these opacities of the text colour.
+const SPAN: [f64; 2] = [0.45, 0.25];
 
 impl Timeline {
     /// The figure as a complete, inline-safe `<svg>` element.
     pub fn to_svg(&self) -> String {
         let keys = Keys::default();
-        let mut entries: Vec<Entry> = self
-            .lanes
-            .iter()
-            .enumerate()
-            .map(|(i, l)| Entry {
-                swatch: Swatch::Block(lane_colour(i)),
-                label: format!("kernels on {}", l.label),
-            })
-            .collect();
+        let mut entries: Vec<Entry> = Vec::new();
+        if self.lanes.iter().any(|l| !l.spans.is_empty()) {
+            entries.push(Entry {
+                swatch: Swatch::Block(FG.mix(SPAN[0])),
+                label: "a kernel on its stream (neighbours alternate in shade)".into(),
+            });
+        }
         entries.extend(self.marks.iter().map(|m| Entry {
-            swatch: Swatch::Block(MARK),
+            swatch: Swatch::Block(MARK.mix(1.0)),
             label: m.label.clone(),
         }));
         let groups = vec![Group {
@@ -101,11 +105,9 @@ impl Timeline {
                 filled(MARK.mix(0.28)),
             )])?;
         }
-        // Labels on a bar are drawn in black on an opaque bar, so they read in every theme;
-        // labels beside a bar follow the page's text colour.
-        let inside = theme::font(SMALL_PX)
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Center, VPos::Center));
+        // Labels follow the page's text colour, on a bar (a faint shade of that colour) as
+        // beside it.
+        let inside = theme::font(SMALL_PX).pos(Pos::new(HPos::Center, VPos::Center));
         let beside = theme::font(SMALL_PX).pos(Pos::new(HPos::Center, VPos::Center));
         for (i, lane) in self.lanes.iter().enumerate() {
             let y = row(i);
@@ -116,16 +118,10 @@ impl Timeline {
                 theme::font(LABEL_PX).pos(Pos::new(HPos::Right, VPos::Center)),
             ))?;
             for (k, (label, start, stop)) in lane.spans.iter().enumerate() {
-                // Neighbouring spans alternate between the lane's colour and a lighter tint of it.
-                let colour = lane_colour(i);
-                let colour = if k % 2 == 0 {
-                    colour
-                } else {
-                    tint(colour, 0.35)
-                };
+                // Neighbouring spans alternate between two shades.
                 chart.draw_series([Rectangle::new(
                     [(*start, y + 0.18), (*stop, y + 0.82)],
-                    filled(colour),
+                    filled(FG.mix(SPAN[k % 2])),
                 )])?;
                 let (x0, yc) = chart.backend_coord(&(*start, y + 0.5));
                 let (x1, _) = chart.backend_coord(&(*stop, y + 0.5));
@@ -158,16 +154,6 @@ impl Timeline {
     }
 }
 
-/// `c` mixed with white by `amount`: a lighter shade that stays opaque.
-fn tint(c: RGBColor, amount: f64) -> RGBColor {
-    let up = |v: u8| (f64::from(v) + (255.0 - f64::from(v)) * amount).round() as u8;
-    RGBColor(up(c.0), up(c.1), up(c.2))
-}
-
-fn lane_colour(i: usize) -> RGBColor {
-    [PALETTE[0], PALETTE[1], PALETTE[2]][i % 3]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,7 +181,7 @@ mod tests {
         };
         let svg = t.to_svg();
         assert!(svg.starts_with("<svg"));
-        for label in ["trunk", "lm_head", "store", "collision", "kernels on side"] {
+        for label in ["trunk", "lm_head", "store", "collision", "main", "side"] {
             assert!(svg.contains(label), "{label}");
         }
         assert!(!svg.contains("\n\n"));

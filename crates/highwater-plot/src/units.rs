@@ -24,6 +24,29 @@ pub fn format_bytes(bytes: u64) -> String {
     format!("{} {}", trim_number(&format!("{v:.digits$}")), unit.name())
 }
 
+/// A byte count both readable and exact, for tables where bytes must match to the byte:
+/// `32 MiB (33 554 432 B)`, digits grouped by narrow no-break spaces; under 1 KiB, `512 B`.
+///
+/// ```
+/// use highwater_plot::format_bytes_exact;
+/// assert_eq!(format_bytes_exact(32 << 20), "32 MiB (33\u{202f}554\u{202f}432 B)");
+/// assert_eq!(format_bytes_exact(512), "512 B");
+/// ```
+pub fn format_bytes_exact(bytes: u64) -> String {
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let digits = bytes.to_string();
+    let mut grouped = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push('\u{202f}');
+        }
+        grouped.push(d);
+    }
+    format!("{} ({grouped} B)", format_bytes(bytes))
+}
+
 /// One binary unit, used for a whole axis so every tick shares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ByteUnit(usize);
@@ -80,6 +103,16 @@ mod tests {
         assert_eq!(format_bytes(16 << 30), "16 GiB");
         assert_eq!(format_bytes(141_000_000_000), "131 GiB");
         assert_eq!(format_bytes(u64::MAX), "16384 PiB");
+    }
+
+    #[test]
+    fn exact_formats_group_digits() {
+        assert_eq!(format_bytes_exact(1023), "1023 B");
+        assert_eq!(format_bytes_exact(1024), "1 KiB (1\u{202f}024 B)");
+        assert_eq!(
+            format_bytes_exact(17_179_869_184),
+            "16 GiB (17\u{202f}179\u{202f}869\u{202f}184 B)"
+        );
     }
 
     #[test]

@@ -1,15 +1,26 @@
 //! Structural checks on every figure: the SVG must parse, be safe to inline into markdown,
 //! follow the theme, and carry what the reader needs (legend, markers, escaped labels).
 
-use highwater_plot::{Bar, DeathHistogram, HighWaterChart, PALETTE, Series, StackedBars};
+use highwater_plot::{
+    Bar, Curve, DeathHistogram, ErrorChart, ErrorLine, HighWaterChart, PALETTE, RateChart, Series,
+    StackedBars, arm_colour, arm_colours,
+};
 use roxmltree::{Document, Node};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
 fn hex(i: usize) -> String {
-    let c = PALETTE[i];
+    rgb(PALETTE[i])
+}
+
+fn rgb(c: plotters::style::RGBColor) -> String {
     format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+}
+
+/// How a known arm is painted, as the SVG writes it.
+fn arm(name: &str) -> String {
+    rgb(arm_colour(name).expect("a known arm"))
 }
 
 /// Everything that must hold for any figure; returns the parsed document.
@@ -75,11 +86,16 @@ fn inline_safe(svg: &str) -> Document<'_> {
             assert_eq!(n.attribute("font-family"), Some("sans-serif"));
             assert!(!text(n).is_empty(), "empty text element");
         }
-        // Every paint is currentColor, a palette colour, black ink, or none.
+        // Every paint is currentColor, a palette colour, black ink, or none; a label's halo
+        // is the page's background.
         for attr in ["fill", "stroke"] {
             if let Some(v) = n.attribute(attr) {
+                let halo = attr == "stroke"
+                    && n.has_tag_name("text")
+                    && v == "var(--bg, #FFFFFF)"
+                    && n.attribute("paint-order") == Some("stroke");
                 assert!(
-                    v == "currentColor"
+                    halo || v == "currentColor"
                         || v == "none"
                         || v == "#000000"
                         || (0..PALETTE.len()).any(|i| v == hex(i)),
@@ -148,7 +164,7 @@ fn high_water_is_inline_safe_and_complete() {
         "card capacity (16 GiB)",
         "card 16 GiB",
         "step",
-        "pool high-water",
+        "pool reserved",
     ] {
         assert!(
             t.iter().any(|x| x == want),
@@ -168,19 +184,29 @@ fn high_water_is_inline_safe_and_complete() {
     );
 }
 
+/// The colours `chart()` gives its two arms: an unknown one and the fused SiTU kernel.
+fn chart_colours() -> (String, String) {
+    let c = arm_colours(["tensor <Disabled> & co", "fused"]);
+    (rgb(c[0]), rgb(c[1]))
+}
+
 #[test]
 fn a_death_marker_per_died_series() {
     let c = chart();
     let svg = c.to_svg();
     let doc = inline_safe(&svg);
-    // The step of each death is written beside its cross, in its arm's colour.
-    for step in ["239", "199"] {
+    let (tensor, fused) = chart_colours();
+    assert_eq!(fused, arm("situ-fused"));
+    // Each death is labelled beside its cross with its run and step, in its arm's colour,
+    // over a halo of the page's background.
+    for label in ["s0 †239", "s1 †199"] {
         let n = doc
             .descendants()
-            .filter(|n| n.has_tag_name("text") && text(*n) == step)
+            .filter(|n| n.has_tag_name("text") && text(*n) == label)
             .collect::<Vec<_>>();
-        assert_eq!(n.len(), 1, "death label {step}");
-        assert_eq!(n[0].attribute("fill"), Some(hex(0).as_str()));
+        assert_eq!(n.len(), 1, "death label {label}");
+        assert_eq!(n[0].attribute("fill"), Some(tensor.as_str()));
+        assert_eq!(n[0].attribute("paint-order"), Some("stroke"));
     }
     // A cross is two 3-px strokes: two per death in the arm colour, two in the legend.
     let crosses = |colour: &str| {
@@ -192,8 +218,8 @@ fn a_death_marker_per_died_series() {
             })
             .count()
     };
-    assert_eq!(crosses(&hex(0)), 4);
-    assert_eq!(crosses(&hex(1)), 0, "the fused arm never died");
+    assert_eq!(crosses(&tensor), 4);
+    assert_eq!(crosses(&fused), 0, "the fused arm never died");
     assert_eq!(crosses("currentColor"), 2, "legend cross");
 
     // No death, no marker, no legend entry for it.
@@ -228,10 +254,12 @@ fn seeds_of_an_arm_share_a_colour_and_differ_in_dash() {
         })
         .collect();
     assert_eq!(lines.len(), 4, "{lines:?}");
-    assert_eq!(lines[0].0, hex(0));
-    assert_eq!(lines[1].0, hex(0));
-    assert_eq!(lines[2].0, hex(1));
-    assert_eq!(lines[3].0, hex(1));
+    let (tensor, fused) = chart_colours();
+    assert_ne!(tensor, fused);
+    assert_eq!(lines[0].0, tensor);
+    assert_eq!(lines[1].0, tensor);
+    assert_eq!(lines[2].0, fused);
+    assert_eq!(lines[3].0, fused);
     assert_eq!(lines[0].1, None);
     assert!(lines[1].1.is_some());
     assert_ne!(lines[0].1, lines[1].1);
@@ -322,6 +350,7 @@ fn ledger() -> StackedBars {
         title: "Ledger".into(),
         bars: vec![
             Bar {
+                arm: String::new(),
                 label: "tensor <path> & Disabled".into(),
                 segments: vec![
                     seg("matmul inputs", 64 * MIB),
@@ -332,6 +361,7 @@ fn ledger() -> StackedBars {
             Bar {
                 label: "fused".into(),
                 segments: vec![seg("matmul inputs", 64 * MIB), seg("saved", 32 * MIB)],
+                ..Bar::default()
             },
         ],
     }
@@ -365,19 +395,62 @@ fn stacked_bars_label_every_bar_segment_and_total() {
     );
     // One legend entry per distinct segment name, however many bars use it.
     assert_eq!(t.iter().filter(|x| *x == "matmul inputs").count(), 1);
-    // Same name, same colour, in both bars and the legend swatch.
+    // Bars that are not arms: a colour per kind of segment, the same in both bars and the
+    // legend swatch, and none an arm would have in this chart.
     let fills = |c: &str| {
         doc.descendants()
             .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(c))
             .count()
     };
-    assert_eq!(fills(&hex(0)), 3, "matmul inputs: two bars + legend");
-    assert_eq!(fills(&hex(1)), 2, "products: one bar + legend");
+    let kinds = arm_colours(["matmul inputs", "x·σ(x) <products>", "tiny", "saved"]);
+    assert_eq!(fills(&rgb(kinds[0])), 3, "matmul inputs: two bars + legend");
+    assert_eq!(fills(&rgb(kinds[1])), 2, "products: one bar + legend");
     // Segment values are black ink on the fill, whatever the theme.
     assert!(
         doc.descendants()
             .any(|n| n.has_tag_name("text") && n.attribute("fill") == Some("#000000"))
     );
+}
+
+#[test]
+fn bars_that_are_arms_take_the_arm_s_colour_and_shade_their_segments() {
+    let mut b = ledger();
+    b.bars[0].arm = "situ-tensor".into();
+    b.bars[1].arm = "situ-fused".into();
+    let svg = b.to_svg();
+    let doc = inline_safe(&svg);
+    let rects = |c: &str| -> Vec<Option<String>> {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(c))
+            .map(|n| n.attribute("opacity").map(str::to_string))
+            .collect()
+    };
+    // The tensor path: its three segments in its colour, a shade each; the fused kernel's
+    // two in its own, the same shades for the same kinds.
+    assert_eq!(
+        rects(&arm("situ-tensor")),
+        vec![None, Some("0.75".into()), Some("0.5".into())]
+    );
+    assert_eq!(rects(&arm("situ-fused")), vec![None, Some("0.25".into())]);
+    // The legend shows the shades in the page's text colour, not in an arm's.
+    let swatches: Vec<Option<&str>> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some("currentColor"))
+        .map(|n| n.attribute("opacity"))
+        .collect();
+    assert_eq!(
+        swatches,
+        vec![None, Some("0.75"), Some("0.5"), Some("0.25")]
+    );
+    // A value on a full shade is black ink; on a lighter one, the page's text colour.
+    let ink = |value: &str| {
+        doc.descendants()
+            .find(|n| n.has_tag_name("text") && text(*n) == value)
+            .and_then(|n| n.attribute("fill"))
+            .map(str::to_string)
+    };
+    assert_eq!(ink("64 MiB").as_deref(), Some("#000000"));
+    assert_eq!(ink("32 MiB").as_deref(), Some("currentColor"));
 }
 
 #[test]
@@ -395,6 +468,7 @@ fn death_histogram_counts_and_sets_survivors_apart() {
     died_at.extend([Some(201), Some(205), Some(207), Some(310)]);
     let h = DeathHistogram {
         title: "When they die".into(),
+        arm: "situ".into(),
         steps: 400,
         died_at,
         bin_width: None,
@@ -417,14 +491,19 @@ fn death_histogram_counts_and_sets_survivors_apart() {
     ] {
         assert!(t.iter().any(|x| x == want), "missing {want:?} in {t:?}");
     }
-    // Died and survived in different colours: two bins + swatch, one bar + swatch.
-    let fills = |c: &str| {
+    // Died and survived in the arm's colour, the survivors in a lighter shade: two bins +
+    // swatch, one bar + swatch.
+    let fills = |opacity: Option<&str>| {
         doc.descendants()
-            .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(c))
+            .filter(|n| {
+                n.has_tag_name("rect")
+                    && n.attribute("fill") == Some(arm("situ-tensor").as_str())
+                    && n.attribute("opacity") == opacity
+            })
             .count()
     };
-    assert_eq!(fills(&hex(1)), 3);
-    assert_eq!(fills(&hex(0)), 2);
+    assert_eq!(fills(None), 3);
+    assert_eq!(fills(Some("0.35")), 2);
 }
 
 #[test]
@@ -459,7 +538,10 @@ fn many_points_are_thinned_but_keep_their_peak() {
     let doc = Document::parse(&svg).unwrap();
     let line = doc
         .descendants()
-        .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some(hex(0).as_str()))
+        .filter(|n| {
+            n.has_tag_name("polyline")
+                && n.attribute("stroke") == Some(rgb(arm_colours(["a"])[0]).as_str())
+        })
         .max_by_key(|n| n.attribute("points").unwrap().len())
         .unwrap();
     let ys: Vec<i32> = line
@@ -470,4 +552,194 @@ fn many_points_are_thinned_but_keep_their_peak() {
         .collect();
     let (lo, hi) = (ys.iter().min().unwrap(), ys.iter().max().unwrap());
     assert!(hi - lo > 150, "peak lost: y span {lo}..{hi}");
+}
+
+#[test]
+fn an_arm_has_one_colour_in_every_chart() {
+    // The SiTU tensor path under the names cells give it, beside the silu control, in
+    // whichever order: always the same colour, and never the control's.
+    let (tensor, silu) = (arm("situ-tensor"), arm("silu"));
+    assert_ne!(tensor, silu);
+    let high_water = HighWaterChart {
+        series: vec![
+            run("silu", "seed 1", 10, MIB, None),
+            run("situ", "seed 1", 10, 2 * MIB, Some(9)),
+        ],
+        ..HighWaterChart::default()
+    };
+    let rates = RateChart {
+        curves: vec![
+            Curve {
+                arm: "situ-tensor".into(),
+                label: "tensor".into(),
+                points: vec![(1.0, 5.0)],
+            },
+            Curve {
+                arm: "silu".into(),
+                label: "control".into(),
+                points: vec![(1.0, 1.0)],
+            },
+        ],
+        ..RateChart::default()
+    };
+    let bars = StackedBars {
+        bars: vec![
+            Bar {
+                arm: "situ-tensor".into(),
+                label: "SiTU tensor path".into(),
+                segments: vec![("mid".into(), 64 * MIB), ("products".into(), 96 * MIB)],
+            },
+            Bar {
+                arm: "silu".into(),
+                label: "silu (control)".into(),
+                segments: vec![("mid".into(), 32 * MIB)],
+            },
+        ],
+        ..StackedBars::default()
+    };
+    let errors = ErrorChart {
+        lines: vec![
+            ErrorLine::between("situ-tensor", "none / cube", [(1, 10)], [(1, 11)]),
+            ErrorLine::between("silu", "none / cube", [(1, 10)], [(1, 10)]),
+        ],
+        ..ErrorChart::default()
+    };
+    let deaths = DeathHistogram {
+        arm: "situ".into(),
+        steps: 10,
+        died_at: vec![Some(3), None],
+        ..DeathHistogram::default()
+    };
+    for (name, svg) in [
+        ("high-water", high_water.to_svg()),
+        ("rates", rates.to_svg()),
+        ("bars", bars.to_svg()),
+        ("errors", errors.to_svg()),
+    ] {
+        inline_safe(&svg);
+        assert!(
+            svg.contains(&format!("=\"{tensor}\"")),
+            "{name}: no {tensor}"
+        );
+        assert!(svg.contains(&format!("=\"{silu}\"")), "{name}: no {silu}");
+        // Only the two arms' colours paint anything.
+        for i in 0..PALETTE.len() {
+            let c = hex(i);
+            assert!(
+                c == tensor || c == silu || !svg.contains(&format!("=\"{c}\"")),
+                "{name} uses {c}"
+            );
+        }
+    }
+    let svg = deaths.to_svg();
+    inline_safe(&svg);
+    assert!(svg.contains(&format!("fill=\"{tensor}\"")));
+    // Listed the other way round, the arms keep their colours.
+    let mut swapped = high_water.clone();
+    swapped.series.reverse();
+    let lines = |svg: &str| {
+        let doc = Document::parse(svg).unwrap();
+        doc.descendants()
+            .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke-width") == Some("2"))
+            .filter_map(|n| n.attribute("stroke").map(str::to_string))
+            .filter(|c| c.starts_with('#'))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(lines(&high_water.to_svg()), lines(&swapped.to_svg()));
+}
+
+#[test]
+fn every_death_is_labelled_even_when_deaths_crowd() {
+    // Sixteen runs of two arms dying within a few steps of each other at the card's edge.
+    let mut series = Vec::new();
+    for (a, arm) in ["situ-tensor", "situ-balanced"].iter().enumerate() {
+        for seed in 0..8u32 {
+            let die = 200 + seed * 4 + a as u32 * 2;
+            series.push(Series {
+                arm: (*arm).into(),
+                label: format!("seed {seed}"),
+                points: (0..=die)
+                    .map(|s| (s, GIB + u64::from(s) * 70 * MIB))
+                    .collect(),
+                died_at: Some(die),
+            });
+        }
+    }
+    let c = HighWaterChart {
+        card_bytes: 16 * GIB,
+        series,
+        ..HighWaterChart::default()
+    };
+    let svg = c.to_svg();
+    let doc = inline_safe(&svg);
+    // Every label once, and no two overlapping (boxes estimated generously from the text).
+    let mut boxes: Vec<(String, f64, f64, f64, f64)> = Vec::new();
+    for s in &c.series {
+        let label = s.death_label();
+        let found: Vec<Node<'_, '_>> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text") && text(*n) == label)
+            .collect();
+        assert_eq!(found.len(), 1, "{label}");
+        let n = found[0];
+        assert_eq!(n.attribute("text-anchor"), Some("middle"));
+        let x: f64 = n.attribute("x").unwrap().parse().unwrap();
+        let y: f64 = n.attribute("y").unwrap().parse().unwrap();
+        let half = label.chars().count() as f64 * 11.0 * 0.55 / 2.0;
+        boxes.push((label, x - half, y - 6.0, x + half, y + 6.0));
+    }
+    for (i, a) in boxes.iter().enumerate() {
+        for b in &boxes[..i] {
+            let apart = a.3 <= b.1 || b.3 <= a.1 || a.4 <= b.2 || b.4 <= a.2;
+            assert!(apart, "{} overlaps {}", a.0, b.0);
+        }
+    }
+}
+
+#[test]
+fn error_chart_is_inline_safe_and_labels_each_line() {
+    let gpu: Vec<(u64, u64)> = (1..=50).map(|s| (s, 2 * GIB)).collect();
+    let chart = ErrorChart {
+        title: "Simulator <vs> GPU & co".into(),
+        x_desc: "step".into(),
+        y_desc: "simulated − measured, % of measured".into(),
+        tolerance: Some(5.0),
+        lines: vec![
+            ErrorLine::between("silu", "none / cube", gpu.clone(), gpu.clone()),
+            ErrorLine::between(
+                "situ-tensor",
+                "balanced / fusion",
+                gpu.clone(),
+                gpu.iter().map(|&(s, b)| (s, b - b / 10)),
+            ),
+        ],
+    };
+    let svg = chart.to_svg();
+    let doc = inline_safe(&svg);
+    let t = texts(&doc);
+    for want in [
+        "Simulator <vs> GPU & co",
+        "silu · none / cube  0 %",
+        "situ-tensor · balanced / fusion  −10.00 %",
+        "tolerance ±5 %",
+        "0 %",
+        "step",
+    ] {
+        assert!(t.iter().any(|x| x == want), "missing {want:?} in {t:?}");
+    }
+    // Signed ticks with a true minus sign.
+    assert!(
+        t.iter().any(|x| x.starts_with('−') && x.ends_with(" %")),
+        "{t:?}"
+    );
+    assert!(
+        t.iter().any(|x| x.starts_with('+') && x.ends_with(" %")),
+        "{t:?}"
+    );
+    inline_safe(&ErrorChart::default().to_svg());
+    assert!(
+        texts(&Document::parse(&ErrorChart::default().to_svg()).unwrap())
+            .iter()
+            .any(|x| x == "no data")
+    );
 }

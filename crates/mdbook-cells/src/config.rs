@@ -27,6 +27,11 @@ pub struct Config {
     /// Bytes of printed output or value kept per cell; the rest is cut with a note.
     #[serde(default = "default_output_limit")]
     pub output_limit: usize,
+    /// A cell whose code is longer than this many lines shows its result first and its code
+    /// folded under it, so a long cell never stands between a sentence and what supports it
+    /// (`//| fold-code: false` keeps one cell's code above its result).
+    #[serde(default = "default_fold_code_over")]
+    pub fold_code_over: usize,
     /// Run `gpu` cells (on a machine with a CUDA GPU) and freeze their outputs.
     /// `MDBOOK_CELLS_GPU=1` also sets it.
     #[serde(default)]
@@ -74,6 +79,9 @@ fn default_timeout() -> u64 {
 fn default_output_limit() -> usize {
     1 << 20
 }
+fn default_fold_code_over() -> usize {
+    25
+}
 
 const KNOWN: &[&str] = &[
     "dependencies",
@@ -81,6 +89,7 @@ const KNOWN: &[&str] = &[
     "strict",
     "timeout",
     "output-limit",
+    "fold-code-over",
     "inputs",
     "gpu",
     "gpu-name",
@@ -99,6 +108,7 @@ impl Default for Config {
             strict: false,
             timeout: default_timeout(),
             output_limit: default_output_limit(),
+            fold_code_over: default_fold_code_over(),
             inputs: Vec::new(),
             gpu: false,
             gpu_name: None,

@@ -217,7 +217,14 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         freeze_gpu_outputs(&plan, &outcomes, gpu, &mut report);
     }
 
-    render_pages(docs, &mut plan, &outcomes, &prelude_errors, &mut report);
+    render_pages(
+        docs,
+        &mut plan,
+        &outcomes,
+        &prelude_errors,
+        config.fold_code_over,
+        &mut report,
+    );
     Ok(report)
 }
 
@@ -504,6 +511,7 @@ fn render_pages(
     plan: &mut Plan,
     outcomes: &HashMap<String, Stored>,
     prelude_errors: &HashMap<usize, String>,
+    fold_code_over: usize,
     report: &mut Report,
 ) {
     // Labels first: a reference may point forward or into another chapter.
@@ -647,7 +655,11 @@ fn render_pages(
                             reason: format!("{label}: {first}"),
                         });
                     }
-                    page.push_str(&render::cell(c, &shown, label_of.get(&(d, s))));
+                    let fold = c
+                        .options
+                        .fold_code
+                        .unwrap_or(c.code.lines().count() > fold_code_over);
+                    page.push_str(&render::cell(c, &shown, label_of.get(&(d, s)), fold));
                 }
             }
         }

@@ -28,6 +28,9 @@ pub struct CellBlock {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct CellOptions {
     pub hide_code: bool,
+    /// Show the code folded under the output, not above it; unset: folded when the code is
+    /// longer than the book's `fold-code-over` lines.
+    pub fold_code: Option<bool>,
     pub hide_output: bool,
     pub caption: Option<String>,
     /// `fig-…` (numbered "Figure N") or `tbl-…` (numbered "Table N").
@@ -46,6 +49,7 @@ pub struct CellOptions {
 
 pub const OPTION_NAMES: &[&str] = &[
     "hide-code",
+    "fold-code",
     "hide-output",
     "caption",
     "id",
@@ -308,6 +312,7 @@ impl CellOptions {
         };
         match key {
             "hide-code" => self.hide_code = flag(value)?,
+            "fold-code" => self.fold_code = Some(flag(value)?),
             "hide-output" => self.hide_output = flag(value)?,
             "expect-fail" => self.expect_fail = flag(value)?,
             "gpu" => self.gpu = flag(value)?,

@@ -58,24 +58,26 @@ pub fn label_name(id: &str, number: Option<&str>, n: usize) -> String {
     }
 }
 
-/// A cell as markdown: its code (unless hidden) and what it showed, inside one `div`. The
+/// A cell as markdown: its code (unless hidden) and what it showed, inside one `div`; a
+/// `fold`ed cell shows what it showed first and its code under it, in a closed `<details>`. The
 /// anchor comes from `label`, not the options: a duplicate id gets none, so references and
 /// the page's ids all lead to the first cell that took it.
-pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>) -> String {
+pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>, fold: bool) -> String {
     let opts = &block.options;
     let mut out = String::from("\n<div class=\"cell\"");
     if let Some(label) = label {
         let _ = write!(out, " id=\"{}\"", escape(&label.id));
     }
     out.push_str(">\n\n");
-    if !opts.hide_code {
-        let fence = "`".repeat(longest_backtick_run(&block.code).max(2) + 1);
-        let _ = write!(
-            out,
-            "{fence}rust,noplayground\n{}{}{fence}\n\n",
-            block.code,
-            if block.code.ends_with('\n') { "" } else { "\n" }
-        );
+    let fence = "`".repeat(longest_backtick_run(&block.code).max(2) + 1);
+    let code = format!(
+        "{fence}rust,noplayground\n{}{}{fence}\n\n",
+        block.code,
+        if block.code.ends_with('\n') { "" } else { "\n" }
+    );
+    let show_code = !opts.hide_code;
+    if show_code && !fold {
+        out.push_str(&code);
     }
     let caption = opts.caption.as_deref().map(|c| match label {
         Some(l) => format!(
@@ -98,6 +100,14 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>) -> String {
         )
     {
         out.push_str(&shown_html(shown, caption.as_deref()));
+    }
+    if show_code && fold {
+        // Blank lines around the fence: markdown inside an HTML block needs them to render.
+        let _ = write!(
+            out,
+            "\n<details class=\"cell-code\"><summary>The cell's code ({} lines)</summary>\n\n{code}</details>\n",
+            block.code.lines().count()
+        );
     }
     out.push_str("\n</div>\n\n");
     out
@@ -346,8 +356,30 @@ mod tests {
         let crate::parse::Segment::Cell(block) = &block[0] else {
             panic!()
         };
-        let html = cell(block, &Shown::Nothing, None);
+        let html = cell(block, &Shown::Nothing, None, false);
         assert!(html.contains("````rust,noplayground\nlet s"));
+    }
+
+    #[test]
+    fn a_folded_cell_shows_its_result_then_its_code_in_a_closed_details() {
+        let block = crate::parse::split("```cell\nlet x = 1;\nx\n```\n").segments;
+        let crate::parse::Segment::Cell(block) = &block[0] else {
+            panic!()
+        };
+        let stored = Stored {
+            stdout: "printed\n".into(),
+            stderr: String::new(),
+            kind: "text".into(),
+            body: "1".into(),
+        };
+        let shown = Shown::Output(&stored);
+        let html = cell(block, &shown, None, true);
+        let (result, code) = (html.find("printed").unwrap(), html.find("let x").unwrap());
+        assert!(result < code, "the result comes first: {html}");
+        assert!(html.contains(
+            "<summary>The cell's code (2 lines)</summary>\n\n```rust,noplayground\nlet x = 1;\nx\n```\n\n</details>"
+        ));
+        assert!(!cell(block, &shown, None, false).contains("<details"));
     }
 
     #[test]
@@ -386,7 +418,7 @@ mod tests {
             badge: "GPU\n\nH200".into(),
             stale: false,
         };
-        let html = cell(block, &frozen, None);
+        let html = cell(block, &frozen, None, false);
         assert!(
             html.contains("<p class=\"cell-caption\">a   b &lt;c&gt;</p>"),
             "{html}"

@@ -37,7 +37,7 @@ use crate::train::{
 /// burn-cubecl's unfused backend on the dry runtime (every op materializes its output).
 pub type DryCube = CubeBackend<DryRuntime, f32, i32, u8>;
 /// burn-cuda's default arrangement, `Fusion` over the same, on the dry runtime.
-pub type DryFused = Fusion<DryCube>;
+pub type DryFusion = Fusion<DryCube>;
 
 /// The dry device's pool now (buffers and bytes in use, bytes reserved), once what is queued has
 /// run: for measuring a program of one's own between two points.
@@ -144,7 +144,7 @@ pub fn dry_run(
         recipe.backend,
         recipe.checkpointing,
         DryCube,
-        DryFused,
+        DryFusion,
         wave
     );
     run(recipe, plan, card, autotune)
@@ -171,7 +171,7 @@ pub fn dry_decoder(
         decoder.backend,
         decoder.checkpointing,
         DryCube,
-        DryFused,
+        DryFusion,
         train
     );
     run(decoder, plan, card, autotune)
@@ -310,7 +310,7 @@ pub fn largest_batch<E>(
 }
 
 /// Runs the training step that `build` makes, on a new dry device of `card`: the library call
-/// for a model of one's own. `B` is the backend it trains on (e.g. `Autodiff<DryFused>`, what
+/// for a model of one's own. `B` is the backend it trains on (e.g. `Autodiff<DryFusion>`, what
 /// burn-cuda's default becomes here); the backend is seeded before `build` runs. A panic in
 /// `build` (its weights did not fit) is a death at step 0.
 pub fn dry_train<B, S>(

@@ -23,7 +23,7 @@ use highwater::{Backend, Checkpointing, Ledger};
 use super::program::Program;
 
 type DryCube = burn_cubecl::CubeBackend<DryRuntime, f32, i32, u8>;
-type DryFused = burn_fusion::Fusion<DryCube>;
+type DryFusion = burn_fusion::Fusion<DryCube>;
 
 /// What forward leaves in the pool, over the leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,9 +159,9 @@ fn disagreements(backend: Backend) -> Vec<String> {
                 (Backend::Cube, Checkpointing::Balanced) => {
                     measure::<DryCube, BalancedCheckpointing>(&p)
                 }
-                (Backend::Fusion, Checkpointing::None) => measure::<DryFused, NoCheckpointing>(&p),
+                (Backend::Fusion, Checkpointing::None) => measure::<DryFusion, NoCheckpointing>(&p),
                 (Backend::Fusion, Checkpointing::Balanced) => {
-                    measure::<DryFused, BalancedCheckpointing>(&p)
+                    measure::<DryFusion, BalancedCheckpointing>(&p)
                 }
             };
             let predicted = predicted(&ledger);

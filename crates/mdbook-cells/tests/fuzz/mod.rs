@@ -90,7 +90,9 @@ fn fuzz_chapters() {
                     };
                     let note = Shown::Note(cell.code.clone());
                     for shown in [Shown::Output(&stored), failure, frozen, note] {
-                        assert_whole(&render::cell(cell, &shown, None));
+                        for fold in [false, true] {
+                            assert_whole(&render::cell(cell, &shown, None, fold));
+                        }
                     }
                 }
             }
