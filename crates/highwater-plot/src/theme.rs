@@ -69,7 +69,7 @@ const KNOWN_ARMS: [KnownArm; 13] = [
     },
     KnownArm {
         key: "situ-balanced",
-        aliases: &["situ-balanced"],
+        aliases: &["situ-balanced", "situ-tensor-balanced"],
         colour: 3,
     },
     KnownArm {

@@ -246,6 +246,15 @@ impl Recipe {
         Self::validate(origin, text, file)
     }
 
+    /// The arm's name in tables and figures: its activation, and its checkpointing when that is
+    /// not none (`situ-tensor`, `situ-tensor / balanced`).
+    pub fn arm(&self) -> String {
+        match self.checkpointing {
+            Checkpointing::None => written_name(&self.activation),
+            c => format!("{} / {}", written_name(&self.activation), written_name(&c)),
+        }
+    }
+
     /// Positions per call: batch × seq_len.
     pub fn tokens(&self) -> u64 {
         self.batch * self.seq_len
