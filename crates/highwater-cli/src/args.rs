@@ -164,6 +164,17 @@ pub struct FitArgs {
     /// Checkpoint strategy [default: the model's].
     #[arg(long, value_enum)]
     pub checkpointing: Option<CheckpointingArg>,
+    /// On the --card as it is (its page sizes), a card that leaves the process BYTES, or
+    /// `card`: a wave recipe's own card less its desktop. The chip's CUDA context comes out of
+    /// it, as on the GPU: what `highwater rerun --cap` emulates there.
+    #[arg(long, value_name = "BYTES|card", value_parser = parse_cap, conflicts_with = "largest_batch")]
+    pub cap: Option<CapArg>,
+    /// Seed of the weights and batches (and of a recipe's sequence-length schedule).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Read the loss back every N steps, as a trainer that logs does [default: at the last step].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_every: Option<u64>,
     /// The GPU's autotune cache, so the dry run picks its kernels (problems it lacks are tuned
     /// dry and listed).
     #[arg(long, value_name = "DIR", default_value = "repro/cards/h200-autotune")]
@@ -273,7 +284,6 @@ pub struct RerunArgs {
 }
 
 /// What `--cap` asks for.
-#[cfg(feature = "cuda")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CapArg {
     Bytes(u64),
@@ -281,7 +291,6 @@ pub enum CapArg {
     RecipeCard,
 }
 
-#[cfg(feature = "cuda")]
 fn parse_cap(s: &str) -> Result<CapArg, String> {
     match s {
         "card" => Ok(CapArg::RecipeCard),

@@ -126,6 +126,15 @@ struct RunLine<'a> {
 
 fn simulate(a: SimulateArgs) -> Result<()> {
     let recipe = load_recipe(&a.recipe)?;
+    if !recipe.workload.is_fixed(recipe.seq_len) {
+        bail!(
+            "{}: its [workload] varies the step (padding, evaluation, loader threads, syncs or \
+             cleanups), which the simulator does not model; burn's own code does: \
+             `highwater fit {}` runs it dry",
+            a.recipe.display(),
+            a.recipe.display()
+        );
+    }
     let steps = a.steps.unwrap_or(recipe.steps);
     let seeds = match (a.seeds, a.seed) {
         (Some(s), _) => s.0,

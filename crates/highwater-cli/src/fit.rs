@@ -4,14 +4,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use dryrun::{CardProfile, OnRefusal};
 use highwater::RunReport;
 use highwater::limits::MAX_SEARCH_BATCH;
 use highwater::recipe::written_name;
 use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
 
-use crate::args::{CardArg, FitArgs};
+use crate::args::{CapArg, CardArg, FitArgs};
 use crate::commands::{quoted_line, read_input, size};
 use crate::conform::quietly;
 use crate::table::{Align, render};
@@ -34,10 +34,10 @@ pub fn fit(a: FitArgs) -> Result<()> {
     let card = Arc::new(card(&a.card, &a.chip)?);
     let plan = DryPlan {
         steps: a.steps,
-        seed: 1,
-        capacity: card.free_at_start,
+        seed: a.seed,
+        capacity: capacity(&a, &model, &card)?,
         on_refusal: OnRefusal::Refuse,
-        log_every: a.steps,
+        log_every: a.log_every.unwrap_or(a.steps),
     };
     let autotune = Some(a.autotune.as_path()).filter(|p| p.exists());
     crate::conform::quiet_device_threads();
@@ -47,7 +47,7 @@ pub fn fit(a: FitArgs) -> Result<()> {
         written_name(&backend),
         written_name(&checkpointing),
         card.gpu,
-        size(card.free_at_start),
+        size(plan.capacity),
         a.steps
     );
     if a.largest_batch {
@@ -68,7 +68,7 @@ pub fn fit(a: FitArgs) -> Result<()> {
         } else {
             println!("{header} | batch {}", model.batch());
             if !report.reserved.is_empty() {
-                println!("{}", steps_table(&report));
+                println!("{}", steps_table(&report, &outcome));
             }
             println!("{}", verdict(&outcome, &report));
             if let Some(line) = misses(&outcome) {
@@ -96,6 +96,29 @@ fn misses(outcome: &DryOutcome) -> Option<String> {
     })
 }
 
+/// What the pools may take: the card's free memory, or under `--cap` the cap less the chip's
+/// CUDA context (what the GPU's rerun leaves them once its ballast is held).
+fn capacity(a: &FitArgs, model: &Model, card: &CardProfile) -> Result<u64> {
+    let cap = match (a.cap, model) {
+        (None, _) => return Ok(card.free_at_start),
+        (Some(CapArg::Bytes(b)), _) => b,
+        (Some(CapArg::RecipeCard), Model::Wave(r)) => r.card.total_bytes - r.card.desktop_bytes,
+        (Some(CapArg::RecipeCard), Model::Decoder(_)) => {
+            bail!("--cap card needs a wave recipe's [card]; give a decoder a byte count")
+        }
+    };
+    let context = card.total_bytes - card.free_at_start;
+    match cap.checked_sub(context) {
+        Some(pools) if cap <= card.total_bytes && pools > 0 => Ok(pools),
+        _ => bail!(
+            "--cap {cap} cannot be emulated on {}: it must exceed the chip's CUDA context ({context} \
+             bytes) and not its total ({} bytes)",
+            card.gpu,
+            card.total_bytes
+        ),
+    }
+}
+
 /// The card: a profile as it is, or the chip's profile with the memory asked.
 fn card(arg: &CardArg, chip: &Path) -> Result<CardProfile> {
     Ok(match arg {
@@ -104,7 +127,9 @@ fn card(arg: &CardArg, chip: &Path) -> Result<CardProfile> {
     })
 }
 
-fn steps_table(r: &RunReport) -> String {
+/// One row per step; "every stream" is what the pools of all threads' streams hold (a loader
+/// thread's tensors live in a pool of its own), "reserved" the training thread's pool alone.
+fn steps_table(r: &RunReport, outcome: &DryOutcome) -> String {
     let rows: Vec<Vec<String>> = (0..r.reserved.len())
         .map(|i| {
             vec![
@@ -113,6 +138,7 @@ fn steps_table(r: &RunReport) -> String {
                 size(r.in_use_after_backward[i]),
                 size(r.peak_in_use[i]),
                 size(r.reserved[i]),
+                outcome.steps[i].device_reserved.map_or("–".into(), size),
                 r.pages[i].to_string(),
             ]
         })
@@ -124,6 +150,7 @@ fn steps_table(r: &RunReport) -> String {
             ("after bwd", Align::Right),
             ("peak in use", Align::Right),
             ("reserved", Align::Right),
+            ("every stream", Align::Right),
             ("pages", Align::Right),
         ],
         &rows,
@@ -135,7 +162,16 @@ fn verdict(outcome: &DryOutcome, report: &RunReport) -> String {
     match &outcome.died {
         None => format!(
             "fits: at most {} reserved of the {} the pools may take",
-            size(report.reserved.iter().copied().max().unwrap_or(0)),
+            // Every stream's pools when the device says; the training thread's otherwise.
+            size(
+                outcome
+                    .steps
+                    .iter()
+                    .zip(&report.reserved)
+                    .map(|(m, &r)| m.device_reserved.unwrap_or(r).max(r))
+                    .max()
+                    .unwrap_or(0)
+            ),
             size(report.capacity)
         ),
         Some(d) if d.failed_pages.is_empty() => format!(

@@ -55,6 +55,9 @@ pub fn rerun(a: RerunArgs) -> Result<()> {
         written_name(&r.backend),
         written_name(&r.optimizer),
     );
+    if !r.workload.is_fixed(r.seq_len) {
+        println!("workload: {}", serde_json::to_string(&r.workload)?);
+    }
     let bar = bar(a.steps);
     let mut log = Log {
         bar: &bar,
@@ -201,13 +204,15 @@ impl Observer for Log<'_> {
         if m.step == 1 || m.step.is_multiple_of(self.every) || m.step == self.steps {
             let loss = m.loss.map_or("–".into(), |l| format!("{l:.6}"));
             self.line(format!(
-                "step {:>5}/{} | loss {loss} | in use after fwd {} after bwd {} | reserved {} | \
+                "step {:>5}/{} | loss {loss} | in use after fwd {} after bwd {} | reserved {}{} | \
                  {:.1} ms | {counters}",
                 m.step,
                 self.steps,
                 size(m.in_use_after_forward),
                 size(m.in_use_after_backward),
                 size(m.reserved),
+                m.device_reserved
+                    .map_or(String::new(), |d| format!(" (every stream: {})", size(d))),
                 m.step_ms,
             ));
         }

@@ -86,6 +86,12 @@ pub struct MeasuredStep {
     pub step_ms: f64,
     /// The loss, on the steps the trainer read it.
     pub loss: Option<f64>,
+    /// Bytes the process's pools on *every* stream hold from the device at the end of the step
+    /// (the GPU's free memory at the start less now; the dry device's pages). The pool read
+    /// above is the trainer thread's stream only: a loader thread's tensors live in a pool of
+    /// their own. Absent from records made before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_reserved: Option<u64>,
 }
 
 /// How a recorded run ended early.
@@ -122,7 +128,8 @@ pub struct RerunRecord {
 }
 
 impl RerunRecord {
-    /// `rerun-<recipe>-<activation>-<backend>-<checkpointing>[-cap<GiB>]`: the file stem.
+    /// `rerun-<recipe>-<activation>-<backend>-<checkpointing>[-cap<GiB>][-s<seed>]`: the file
+    /// stem (the seed only when it is not 1, the seed of every run recorded before it varied).
     pub fn name(&self) -> String {
         let stem = std::path::Path::new(&self.recipe_path)
             .file_stem()
@@ -135,7 +142,11 @@ impl RerunRecord {
             written_name(&self.activation),
             written_name(&self.backend),
             written_name(&self.checkpointing)
-        )
+        ) + &if self.seed == 1 {
+            String::new()
+        } else {
+            format!("-s{}", self.seed)
+        }
     }
 
     /// The recipe the run trained, with the run's overrides applied.
@@ -561,6 +572,7 @@ mod tests {
                 reserved: sim.reserved[i],
                 step_ms: 1.0,
                 loss: None,
+                device_reserved: None,
             })
             .collect();
         record.died = sim.died_at.map(|step| MeasuredDeath {

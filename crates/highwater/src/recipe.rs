@@ -130,6 +130,20 @@ pub struct JitterFile {
     pub max_lag: Spanned<u64>,
 }
 
+/// `[workload]` as written; every key optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadFile {
+    pub seq_len_min: Option<Spanned<u64>>,
+    pub pad_to: Option<Spanned<u64>>,
+    pub eval_every: Option<Spanned<u64>>,
+    pub eval_batch: Option<Spanned<u64>>,
+    pub eval_seq_len: Option<Spanned<u64>>,
+    pub loader_every: Option<Spanned<u64>>,
+    pub sync: Option<SyncMode>,
+    pub cleanup_every: Option<Spanned<u64>>,
+}
+
 /// Stage one: the file as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,6 +153,8 @@ pub struct RecipeFile {
     pub card: CardFile,
     pub rest_of_model: RestFile,
     pub jitter: JitterFile,
+    #[serde(default)]
+    pub workload: WorkloadFile,
 }
 
 /// What is wrong with a recipe, and where.
@@ -212,6 +228,68 @@ pub struct Jitter {
     pub max_lag: u64,
 }
 
+/// When the trainer waits for the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncMode {
+    /// After every phase (forward, backward, optimizer): releases land in program order.
+    #[default]
+    Phase,
+    /// Once per step, at its end: the host queues a whole step ahead, as a trainer that only
+    /// reads its loss now and then does.
+    Step,
+}
+
+/// How the trainer feeds and paces the step (`[workload]`): what a real training loop does
+/// beyond repeating one fixed-shape step. The default is that fixed step, synchronized after
+/// every phase, which is what `crate::run` simulates; the other switches run only on burn's own
+/// code (the GPU rerun and the dry run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Workload {
+    /// Dynamic padding: each step's sequence length is drawn, seeded, from
+    /// `[seq_len_min, seq_len]` and rounded up to a multiple of `pad_to` (at most `seq_len`).
+    pub seq_len_min: u64,
+    pub pad_to: u64,
+    /// An evaluation pass (forward only, its own batch shape) after every this many steps; 0:
+    /// none.
+    pub eval_every: u64,
+    pub eval_batch: u64,
+    pub eval_seq_len: u64,
+    /// The batches are made on a loader thread, a new one every this many steps (an epoch of a
+    /// multi-threaded data loader); 0: the training thread makes them.
+    pub loader_every: u64,
+    pub sync: SyncMode,
+    /// `memory_cleanup` (every free page back to the driver) after every this many steps; 0:
+    /// never, as burn never calls it.
+    pub cleanup_every: u64,
+}
+
+impl Workload {
+    /// One fixed-shape step after another, synchronized after every phase.
+    pub fn fixed(seq_len: u64, batch: u64) -> Self {
+        Workload {
+            seq_len_min: seq_len,
+            pad_to: 1,
+            eval_every: 0,
+            eval_batch: batch,
+            eval_seq_len: seq_len,
+            loader_every: 0,
+            sync: SyncMode::Phase,
+            cleanup_every: 0,
+        }
+    }
+
+    /// Whether this is [`Workload::fixed`]: the only workload the simulator models.
+    pub fn is_fixed(&self, seq_len: u64) -> bool {
+        *self
+            == Workload {
+                eval_batch: self.eval_batch,
+                eval_seq_len: self.eval_seq_len,
+                ..Workload::fixed(seq_len, 0)
+            }
+    }
+}
+
 /// Stage two: a recipe the simulator can trust.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Recipe {
@@ -235,6 +313,7 @@ pub struct Recipe {
     pub card: Card,
     pub rest: RestOfModel,
     pub jitter: Jitter,
+    pub workload: Workload,
 }
 
 impl Recipe {
@@ -253,6 +332,28 @@ impl Recipe {
             Checkpointing::None => written_name(&self.activation),
             c => format!("{} / {}", written_name(&self.activation), written_name(&c)),
         }
+    }
+
+    /// The sequence length of `step` (1-based) for `seed`: `seq_len` unless the workload pads
+    /// dynamically, then a seeded draw (SplitMix64 of seed and step, the same on every machine)
+    /// from `[seq_len_min, seq_len]`, rounded up to a multiple of `pad_to`.
+    pub fn seq_len_at(&self, seed: u64, step: u64) -> u64 {
+        let w = &self.workload;
+        if w.seq_len_min >= self.seq_len {
+            return self.seq_len;
+        }
+        let mut z = seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(step)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let drawn = w.seq_len_min + z % (self.seq_len - w.seq_len_min + 1);
+        drawn
+            .div_ceil(w.pad_to)
+            .saturating_mul(w.pad_to)
+            .min(self.seq_len)
     }
 
     /// Positions per call: batch × seq_len.
@@ -311,6 +412,89 @@ impl Recipe {
             checkpointing,
             ..self.clone()
         }
+    }
+
+    /// `[workload]`, each key defaulting to the fixed step's.
+    fn validate_workload(
+        w: &WorkloadFile,
+        m: &ModelFile,
+        batch: u64,
+        seq_len: u64,
+        err: &dyn Fn(&'static str, std::ops::Range<usize>, String) -> RecipeError,
+        product: &dyn Fn(&[(&'static str, &Spanned<u64>)], &str) -> Result<u64, RecipeError>,
+    ) -> Result<Workload, RecipeError> {
+        let fixed = Workload::fixed(seq_len, batch);
+        // A count of steps (0: never), held to the steps a run may have.
+        let every = |field: &'static str, v: &Option<Spanned<u64>>| match v {
+            None => Ok(0),
+            Some(v) => MAX_STEPS
+                .check(*v.get_ref())
+                .map_err(|reason| err(field, v.span(), reason)),
+        };
+        // A length or a count that must be at least 1 and at most `max` (named `what`).
+        let sized =
+            |field: &'static str, v: &Option<Spanned<u64>>, default: u64, max: (u64, &str)| {
+                let Some(v) = v else { return Ok(default) };
+                match *v.get_ref() {
+                    0 => Err(err(field, v.span(), "must be at least 1".into())),
+                    x if x > max.0 => Err(err(field, v.span(), format!("is {x}, above {}", max.1))),
+                    x => Ok(x),
+                }
+            };
+        let model_seq = (seq_len, "model.seq_len");
+        let workload = Workload {
+            seq_len_min: sized("workload.seq_len_min", &w.seq_len_min, seq_len, model_seq)?,
+            pad_to: sized("workload.pad_to", &w.pad_to, 1, model_seq)?,
+            eval_every: every("workload.eval_every", &w.eval_every)?,
+            eval_batch: sized("workload.eval_batch", &w.eval_batch, batch, (u64::MAX, ""))?,
+            eval_seq_len: sized(
+                "workload.eval_seq_len",
+                &w.eval_seq_len,
+                seq_len,
+                (u64::MAX, ""),
+            )?,
+            loader_every: every("workload.loader_every", &w.loader_every)?,
+            sync: w.sync.unwrap_or(fixed.sync),
+            cleanup_every: every("workload.cleanup_every", &w.cleanup_every)?,
+        };
+        // The evaluation pass's activations, as the training step's are checked.
+        let (eval_batch, eval_seq_len) = (
+            w.eval_batch
+                .clone()
+                .unwrap_or_else(|| Spanned::new(0..0, batch)),
+            w.eval_seq_len
+                .clone()
+                .unwrap_or_else(|| Spanned::new(0..0, seq_len)),
+        );
+        let dtype_size = Spanned::new(0..0, m.dtype.size() * 2);
+        let bytes = product(
+            &[
+                ("workload.eval_batch", &eval_batch),
+                ("workload.eval_seq_len", &eval_seq_len),
+                ("model.d_ffn", &m.d_ffn),
+                ("model.dtype", &dtype_size),
+            ],
+            "eval_batch × eval_seq_len × 2·d_ffn × dtype",
+        )?;
+        if !MAX_TENSOR_BYTES.allows(bytes) {
+            let (field, v) = [
+                ("workload.eval_batch", &eval_batch),
+                ("workload.eval_seq_len", &eval_seq_len),
+            ]
+            .into_iter()
+            .max_by_key(|(_, v)| *v.get_ref())
+            .expect("two factors");
+            return Err(err(
+                field,
+                v.span(),
+                format!(
+                    "is {}: the evaluation pass's [N, gate_up] activation is larger than \
+                     {MAX_TENSOR_BYTES}",
+                    v.get_ref()
+                ),
+            ));
+        }
+        Ok(workload)
     }
 
     fn validate(origin: &str, text: &str, f: RecipeFile) -> Result<Recipe, RecipeError> {
@@ -508,6 +692,7 @@ impl Recipe {
                 ),
             ));
         }
+        let workload = Self::validate_workload(&f.workload, m, batch, seq_len, &err, &product)?;
         let recipe = Recipe {
             origin: origin.to_string(),
             batch,
@@ -540,6 +725,7 @@ impl Recipe {
                 late_releases: *j.late_releases.get_ref(),
                 max_lag: *j.max_lag.get_ref(),
             },
+            workload,
         };
         if recipe.weight_bytes() < recipe.card.pool_capacity() {
             Ok(recipe)
@@ -610,6 +796,80 @@ mod tests {
     }
 
     const SMALL: &str = include_str!("../../../repro/recipes/small.toml");
+
+    /// SMALL with a `[workload]` table of `lines`.
+    fn with_workload(lines: &str) -> Result<Recipe, RecipeError> {
+        Recipe::parse("w.toml", &format!("{SMALL}\n[workload]\n{lines}\n"))
+    }
+
+    #[test]
+    fn no_workload_is_the_fixed_step() {
+        let r = Recipe::parse("small.toml", SMALL).unwrap();
+        assert_eq!(r.workload, Workload::fixed(512, 8));
+        assert!(r.workload.is_fixed(r.seq_len));
+        assert!((1..100).all(|step| r.seq_len_at(3, step) == 512));
+    }
+
+    #[test]
+    fn dynamic_padding_draws_padded_lengths_in_range_by_seed() {
+        let r = with_workload("seq_len_min = 128\npad_to = 64").unwrap();
+        assert!(!r.workload.is_fixed(r.seq_len));
+        let lengths = |seed| (1..=500).map(|s| r.seq_len_at(seed, s)).collect::<Vec<_>>();
+        let (a, b) = (lengths(1), lengths(2));
+        assert!(
+            a.iter().all(|&l| (128..=512).contains(&l) && l % 64 == 0),
+            "{a:?}"
+        );
+        let distinct: std::collections::BTreeSet<_> = a.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            7,
+            "every padded length 128..=512 occurs: {distinct:?}"
+        );
+        assert_ne!(a, b, "the schedule follows the seed");
+        assert_eq!(a, lengths(1), "and only the seed");
+    }
+
+    #[test]
+    fn workload_errors_name_the_key_and_its_line() {
+        let at = |lines: &str, field: &str| match with_workload(lines) {
+            Err(RecipeError::Invalid {
+                line,
+                field: f,
+                reason,
+                ..
+            }) => {
+                let want = SMALL.lines().count()
+                    + 2
+                    + lines
+                        .lines()
+                        .position(|l| l.starts_with(field.trim_start_matches("workload.")))
+                        .unwrap()
+                    + 1;
+                assert_eq!((f, line), (field, want), "{lines}: {reason}");
+                reason
+            }
+            other => panic!("{lines}: {other:?}"),
+        };
+        assert!(at("seq_len_min = 600", "workload.seq_len_min").contains("above model.seq_len"));
+        assert!(at("pad_to = 0", "workload.pad_to").contains("at least 1"));
+        assert!(at("eval_every = 99999999999", "workload.eval_every").contains("MAX_STEPS"));
+        assert!(
+            at(
+                "eval_batch = 1000000000\neval_seq_len = 1000000",
+                "workload.eval_batch"
+            )
+            .contains("larger than")
+        );
+        assert!(matches!(
+            with_workload("sync = \"never\""),
+            Err(RecipeError::Syntax { .. })
+        ));
+        assert!(matches!(
+            with_workload("loader = 3"),
+            Err(RecipeError::Syntax { .. })
+        ));
+    }
 
     #[test]
     fn small_parses() {

@@ -380,7 +380,7 @@ impl<'a> Simulation<'a> {
                     match p {
                         Phase::Backward => after_forward = self.in_use,
                         Phase::Optimizer => after_backward = self.in_use,
-                        Phase::Init | Phase::Forward => {}
+                        Phase::Init | Phase::Forward | Phase::Eval => {}
                     }
                 }
                 Event::Alloc { bytes, .. }

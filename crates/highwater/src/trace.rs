@@ -22,6 +22,8 @@ pub enum Phase {
     Forward,
     Backward,
     Optimizer,
+    /// An evaluation pass after the step (forward only; `[workload]`).
+    Eval,
 }
 
 /// One pool event.

@@ -172,3 +172,33 @@ fn control_fused_and_balanced_survive_2000_steps() {
         }
     }
 }
+
+/// The wall's candidates are the control arm with `[workload]` switches: everything above
+/// that table is `small.toml`'s, byte for byte, so a refit of the control reaches them too.
+#[test]
+fn the_walls_candidates_are_the_control_with_one_switch() {
+    let small = std::fs::read_to_string(recipes_dir().join("small.toml")).unwrap();
+    let body = small.split_once("\n\n").unwrap().1;
+    let dir = recipes_dir().join("../wall");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (above, _) = text
+            .split_once("\n[workload]\n")
+            .expect("a [workload] table");
+        assert!(
+            above.trim_end().ends_with(body.trim_end()),
+            "{}: not small.toml above [workload]",
+            path.display()
+        );
+        let r = load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            !r.workload.is_fixed(r.seq_len),
+            "{}: switches nothing",
+            path.display()
+        );
+        n += 1;
+    }
+    assert!(n >= 4, "found {n} candidates");
+}

@@ -480,6 +480,11 @@ impl<B: burn::tensor::backend::Backend<Device = DryDevice>> PoolProbe for DryPro
     fn usage(&self) -> Result<Option<PoolUsage>, String> {
         client_usage::<DryRuntime>(&self.device)
     }
+
+    /// Every stream's pages on the dry card.
+    fn device_reserved(&self) -> Option<u64> {
+        Some(self.device.memory().allocated())
+    }
 }
 
 /// Why a recorded run cannot be replayed dry.

@@ -178,8 +178,9 @@ where
 {
     watch_allocation_failures();
     let device = CudaDevice::default();
-    let probe = CudaProbe::<B> {
+    let mut probe = CudaProbe::<B> {
         device: device.clone(),
+        free_at_start: None,
         _b: std::marker::PhantomData,
     };
     // Starts the CubeCL server (its CUDA context, streams) without reserving a page.
@@ -187,6 +188,7 @@ where
         .usage()
         .map_err(|e| RerunError::Driver(format!("first pool read: {e}")))?;
     let (memory, _ballast) = hold_back(run.cap)?;
+    probe.free_at_start = Some(memory.pool_capacity);
     observer.started(&memory);
     let mut steps = vec![];
     let created = catch_unwind(AssertUnwindSafe(|| {
@@ -301,6 +303,8 @@ fn watch_allocation_failures() {
 /// The pool of backend `B` on one CUDA device.
 struct CudaProbe<B> {
     device: CudaDevice,
+    /// The device's free memory once the ballast is held: what every pool may take.
+    free_at_start: Option<u64>,
     _b: std::marker::PhantomData<B>,
 }
 
@@ -315,6 +319,13 @@ impl<B: burn::tensor::backend::Backend<Device = CudaDevice>> PoolProbe for CudaP
 
     fn usage(&self) -> Result<Option<PoolUsage>, String> {
         client_usage::<CudaRuntime>(&self.device)
+    }
+
+    /// What the driver has handed out since the start: every stream's pages (the primary
+    /// context is bound to this thread by `hold_back`).
+    fn device_reserved(&self) -> Option<u64> {
+        let (free, _) = cudarc::driver::result::mem_get_info().ok()?;
+        Some(self.free_at_start?.saturating_sub(free as u64))
     }
 }
 

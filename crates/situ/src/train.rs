@@ -37,7 +37,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Distribution, ElementConversion, Shape, Tensor, TensorPrimitive};
 use highwater::conform::{MeasuredDeath, MeasuredStep};
 use highwater::pool::PoolUsage;
-use highwater::recipe::Recipe;
+use highwater::recipe::{Recipe, SyncMode};
 use highwater::trace::Phase;
 
 use crate::expert::{Expert, ExpertStack};
@@ -54,6 +54,10 @@ pub trait PoolProbe {
     fn usage(&self) -> Result<Option<PoolUsage>, String>;
     /// The step enters `phase` (so that an error reported asynchronously can be placed).
     fn phase(&self, _phase: Phase) {}
+    /// Bytes every stream's pool holds from the device, where the probe can tell.
+    fn device_reserved(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The pool a CubeCL runtime's client reads on `device`, for the calling thread's stream.
@@ -126,6 +130,13 @@ pub trait TrainingStep<B: AutodiffBackend> {
     }
     /// The optimizer's update; the gradients are gone when it returns.
     fn optimize(&mut self, grads: B::Gradients);
+    /// What the training loop does between steps (an evaluation pass, a cleanup), after step
+    /// `step`; the device is synchronized after it.
+    fn between_steps(&mut self, _step: u64) {}
+    /// Whether the device is synchronized after every phase, or only at the end of the step.
+    fn sync_mode(&self) -> SyncMode {
+        SyncMode::Phase
+    }
 }
 
 /// Runs a [`TrainingStep`] step by step on one device, synchronizing after each phase and
@@ -174,8 +185,12 @@ impl<B: AutodiffBackend, S: TrainingStep<B>> Trainer<B, S> {
                 failed_pages: vec![],
             }
         };
-        let in_use = |phase: Phase| -> Result<(u64, u64), MeasuredDeath> {
-            probe.sync().map_err(died(phase))?;
+        let every_phase = self.program.sync_mode() == SyncMode::Phase;
+        // Under `SyncMode::Step` the host reads the pool as it stands, the device maybe behind.
+        let in_use = |phase: Phase, sync: bool| -> Result<(u64, u64), MeasuredDeath> {
+            if sync {
+                probe.sync().map_err(died(phase))?;
+            }
             let u = probe.usage().map_err(died(phase))?.unwrap_or_default();
             Ok((u.in_use, u.reserved))
         };
@@ -184,18 +199,23 @@ impl<B: AutodiffBackend, S: TrainingStep<B>> Trainer<B, S> {
         self.phase = Phase::Forward;
         probe.phase(self.phase);
         let loss = self.program.forward();
-        let (in_use_after_forward, _) = in_use(Phase::Forward)?;
+        let (in_use_after_forward, _) = in_use(Phase::Forward, every_phase)?;
 
         self.phase = Phase::Backward;
         probe.phase(self.phase);
         let grads = self.program.backward(&loss);
-        let (in_use_after_backward, _) = in_use(Phase::Backward)?;
+        let (in_use_after_backward, _) = in_use(Phase::Backward, every_phase)?;
         let loss = read_loss.then(|| loss.into_scalar().elem::<f64>());
 
         self.phase = Phase::Optimizer;
         probe.phase(self.phase);
         self.program.optimize(grads);
-        let (_, reserved) = in_use(Phase::Optimizer)?;
+        in_use(Phase::Optimizer, true)?;
+
+        self.phase = Phase::Eval;
+        probe.phase(self.phase);
+        self.program.between_steps(step);
+        let (_, reserved) = in_use(Phase::Eval, true)?;
         Ok(MeasuredStep {
             step,
             in_use_after_forward,
@@ -203,6 +223,7 @@ impl<B: AutodiffBackend, S: TrainingStep<B>> Trainer<B, S> {
             reserved,
             step_ms: start.elapsed().as_secs_f64() * 1e3,
             loss,
+            device_reserved: probe.device_reserved(),
         })
     }
 }
@@ -217,6 +238,11 @@ pub struct WaveStep<B: TrainBackend> {
     rest_state: Option<AdamState<B::InnerBackend, 1>>,
     /// The step's batch, from its forward to its backward.
     batch: Option<Tensor<B, 2>>,
+    seed: u64,
+    /// Steps begun.
+    step: u64,
+    /// The loader thread of this epoch, under `workload.loader_every`.
+    loader: Option<Loader<B>>,
 }
 
 impl<B: TrainBackend> WaveStep<B> {
@@ -247,6 +273,9 @@ impl<B: TrainBackend> WaveStep<B> {
             adam: AdamConfig::new().build(),
             rest_state: None,
             batch: None,
+            seed,
+            step: 0,
+            loader: None,
         }
     }
 
@@ -254,21 +283,46 @@ impl<B: TrainBackend> WaveStep<B> {
         &self.model
     }
 
-    /// A fresh `[N, d_model]` batch. Tracked, as the embedding output it stands for is: the
-    /// rest of the model's first activations are kept for backward only behind a tracked input.
-    fn batch(&self) -> Tensor<B, 2> {
+    /// A fresh `[batch × seq_len, d_model]` batch for the step about to run (its sequence length
+    /// the workload's), made on the loader thread if there is one. Tracked, as the embedding
+    /// output it stands for is: the rest of the model's first activations are kept for backward
+    /// only behind a tracked input.
+    fn batch(&mut self) -> Tensor<B, 2> {
         let r = &self.recipe;
-        let (n, d) = (r.tokens() as usize, r.d_model as usize);
-        Tensor::<B, 2>::random([n, d], Distribution::Normal(0.0, 1.0), &self.device).require_grad()
+        let shape = [
+            (r.batch * r.seq_len_at(self.seed, self.step)) as usize,
+            r.d_model as usize,
+        ];
+        let every = r.workload.loader_every;
+        if every == 0 {
+            return Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), &self.device)
+                .require_grad();
+        }
+        if (self.step - 1).is_multiple_of(every) {
+            // A new epoch: the last epoch's loader thread ends, a new one starts.
+            self.loader = Some(Loader::spawn(self.device.clone()));
+        }
+        self.loader
+            .as_ref()
+            .expect("a loader from the epoch's first step")
+            .batch(shape)
+            .require_grad()
     }
 
-    /// The forward pass as `highwater::trace` models it; returns the loss.
+    /// The forward pass as `highwater::trace` models it, over `batch`'s positions; returns the
+    /// loss.
     fn wave_forward(&self, batch: Tensor<B, 2>) -> Tensor<B, 1> {
+        self.forward_with(&self.model.stack, batch)
+    }
+
+    /// The forward pass over `stack`'s weights (the model's, or detached for an evaluation).
+    fn forward_with(&self, stack: &ExpertStack<B>, batch: Tensor<B, 2>) -> Tensor<B, 1> {
         let r = &self.recipe;
-        let stack = &self.model.stack;
+        let positions = batch.dims()[0] as u64;
         let mut x = batch;
         let rest_count = r.rest.live_bytes / r.rest.tensor_bytes;
-        let piece = (r.rest.tensor_bytes / r.dtype.size()) as usize;
+        // One activation of the rest of the model per piece, as wide as this batch.
+        let piece = (r.rest.tensor_bytes / r.dtype.size() * positions / r.tokens()) as usize;
         for it in 0..stack.max_iter as u64 {
             // Spread as the trace spreads them: the remainder goes to the first iterations.
             let count = rest_count / r.max_iter + u64::from(it < rest_count % r.max_iter);
@@ -317,6 +371,7 @@ impl<B: TrainBackend> WaveStep<B> {
 
 impl<B: TrainBackend> TrainingStep<B> for WaveStep<B> {
     fn forward(&mut self) -> Tensor<B, 1> {
+        self.step += 1;
         let batch = self.batch();
         self.batch = Some(batch.clone());
         self.wave_forward(batch)
@@ -334,6 +389,87 @@ impl<B: TrainBackend> TrainingStep<B> for WaveStep<B> {
 
     fn optimize(&mut self, mut grads: B::Gradients) {
         self.update(&mut grads);
+    }
+
+    fn between_steps(&mut self, step: u64) {
+        let w = self.recipe.workload;
+        if w.eval_every > 0 && step.is_multiple_of(w.eval_every) {
+            // Forward only, on its own batch shape, with the weights detached (burn's `valid()`):
+            // nothing is tracked, so every activation goes as soon as it is consumed. The loss
+            // is read, as an evaluation reports it.
+            let mut stack = self.model.stack.clone();
+            for e in &mut stack.experts {
+                e.w_gate_up = e.w_gate_up.clone().detach();
+                e.w_down = e.w_down.clone().detach();
+            }
+            let shape = [
+                (w.eval_batch * w.eval_seq_len) as usize,
+                self.recipe.d_model as usize,
+            ];
+            let batch = Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), &self.device);
+            let _evaluated = self.forward_with(&stack, batch).into_scalar();
+        }
+        if w.cleanup_every > 0 && step.is_multiple_of(w.cleanup_every) {
+            // Every page that is wholly free goes back to the driver; the queue drains first,
+            // since burn-fusion does not before a cleanup.
+            B::sync(&self.device).expect("the device syncs before a cleanup");
+            B::memory_cleanup(&self.device);
+        }
+    }
+
+    fn sync_mode(&self) -> SyncMode {
+        self.recipe.workload.sync
+    }
+}
+
+/// A data loader's worker thread for one epoch: it makes the batches on the device, as burn's
+/// multi-threaded `DataLoader` does in the threads it spawns for every pass over the data. In
+/// CubeCL 0.10 each new thread is a new stream with a pool of its own, which lives on after the
+/// thread.
+struct Loader<B: Backend> {
+    shapes: Option<std::sync::mpsc::Sender<[usize; 2]>>,
+    batches: std::sync::mpsc::Receiver<Tensor<B, 2>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<B: Backend> Loader<B> {
+    fn spawn(device: B::Device) -> Self {
+        let (shapes, requests) = std::sync::mpsc::channel::<[usize; 2]>();
+        let (send, batches) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            for shape in requests {
+                let batch = Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+                if send.send(batch).is_err() {
+                    break;
+                }
+            }
+        });
+        Loader {
+            shapes: Some(shapes),
+            batches,
+            thread: Some(thread),
+        }
+    }
+
+    fn batch(&self, shape: [usize; 2]) -> Tensor<B, 2> {
+        let shapes = self
+            .shapes
+            .as_ref()
+            .expect("a loader is used before it is dropped");
+        shapes.send(shape).expect("the loader thread is running");
+        self.batches
+            .recv()
+            .expect("the loader thread made the batch")
+    }
+}
+
+impl<B: Backend> Drop for Loader<B> {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop.
+        self.shapes = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
