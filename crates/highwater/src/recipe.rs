@@ -290,6 +290,9 @@ impl Workload {
     }
 }
 
+/// Multiplies named, spanned factors, blaming the largest on overflow (see `validate`).
+type Product<'a> = dyn Fn(&[(&'static str, &Spanned<u64>)], &str) -> Result<u64, RecipeError> + 'a;
+
 /// Stage two: a recipe the simulator can trust.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Recipe {
@@ -421,7 +424,7 @@ impl Recipe {
         batch: u64,
         seq_len: u64,
         err: &dyn Fn(&'static str, std::ops::Range<usize>, String) -> RecipeError,
-        product: &dyn Fn(&[(&'static str, &Spanned<u64>)], &str) -> Result<u64, RecipeError>,
+        product: &Product,
     ) -> Result<Workload, RecipeError> {
         let fixed = Workload::fixed(seq_len, batch);
         // A count of steps (0: never), held to the steps a run may have.

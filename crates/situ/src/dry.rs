@@ -602,6 +602,55 @@ mod tests {
         (recipe, plan, Arc::new(card))
     }
 
+    /// The wave stack with `workload` (TOML lines), trained dry for `steps` on the whole card.
+    fn with_workload(workload: &str, steps: u64) -> DryOutcome {
+        let (recipe, mut plan, card) = plan(OnRefusal::Refuse, u64::MAX);
+        let text = format!(
+            "{}\n[workload]\n{workload}\n",
+            std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/recipes/wave-stack.toml")
+            )
+            .unwrap()
+        );
+        let r = Recipe::parse("wave-stack.toml", &text).unwrap();
+        assert_eq!((r.batch, r.d_model), (recipe.batch, recipe.d_model));
+        plan.steps = steps;
+        plan.log_every = steps;
+        dry_run(&r, &plan, card, None).unwrap()
+    }
+
+    #[test]
+    fn a_loader_thread_per_epoch_adds_a_pool_the_training_thread_never_sees() {
+        let o = with_workload("loader_every = 2", 6);
+        let own: Vec<u64> = o.steps.iter().map(|m| m.reserved).collect();
+        let every: Vec<u64> = o.steps.iter().map(|m| m.device_reserved.unwrap()).collect();
+        assert!(
+            own[1..].windows(2).all(|w| w[0] == w[1]),
+            "the training thread's pool settles: {own:?}"
+        );
+        // Steps 3 and 5 start an epoch: a new thread, a new stream, a new page that stays.
+        assert!(every[2] > every[1] && every[4] > every[3], "{every:?}");
+        assert_eq!((every[3], every[5]), (every[2], every[4]), "{every:?}");
+        assert_eq!(
+            every[4] - every[2],
+            every[2] - every[1],
+            "one page per epoch: {every:?}"
+        );
+    }
+
+    #[test]
+    fn a_fixed_workload_holds_every_stream_to_the_training_threads_pool() {
+        let o = with_workload("sync = \"phase\"", 3);
+        for m in &o.steps {
+            let every = m.device_reserved.unwrap();
+            // The default stream's pages are all there is, with the persistent weights.
+            assert!(
+                every >= m.reserved && every - m.reserved < 64 << 20,
+                "{m:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_granted_run_dies_where_the_card_would_and_says_what_it_needed() {
         let (recipe, roomy, card) = plan(OnRefusal::Grant, u64::MAX);
