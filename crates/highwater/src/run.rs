@@ -82,7 +82,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use cubecl_runtime::memory_management::ManagedMemoryHandle;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ffn::expert_ledger;
 use crate::ledger::Ledger;
@@ -91,7 +91,7 @@ use crate::recipe::Recipe;
 use crate::trace::{Event, Phase, StepTrace, init_allocs, step_trace};
 
 /// A reserve the pool could not satisfy, during a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     /// 1-based step.
     pub step: u64,
@@ -140,7 +140,7 @@ pub struct NoSink;
 impl Sink for NoSink {}
 
 /// One run of one recipe with one seed.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
     /// The recipe's origin.
     pub recipe: String,
