@@ -22,7 +22,7 @@ pub enum Phase {
     Forward,
     Backward,
     Optimizer,
-    /// An evaluation pass after the step (forward only; `[workload]`).
+    /// Between steps: an evaluation pass (forward only) or a cleanup (`[workload]`).
     Eval,
 }
 

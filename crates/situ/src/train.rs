@@ -21,7 +21,12 @@
 //!   `OptimizerAdaptor` drives it), one parameter at a time, each gradient dropped after its
 //!   update.
 //!
-//! After each phase the device is synchronized and the pool read through a [`PoolProbe`].
+//! - **workload** (the recipe's `[workload]`, a fixed-shape step when absent): each step's
+//!   sequence length from a seeded schedule, batches made by a loader thread replaced every
+//!   epoch, an evaluation pass and a `memory_cleanup` between steps.
+//!
+//! After each phase (or, under `SyncMode::Step`, at the end of the step) the device is
+//! synchronized and the pool read through a [`PoolProbe`].
 
 use std::time::Instant;
 
