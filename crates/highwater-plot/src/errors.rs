@@ -267,14 +267,7 @@ impl ErrorChart {
         }
         let (plot_x, plot_y) = chart.plotting_area().get_pixel_range();
         if self.lines.iter().all(|l| l.finite().next().is_none()) {
-            root.draw(&Text::new(
-                "no data",
-                (
-                    (plot_x.start + plot_x.end) / 2,
-                    (plot_y.start + plot_y.end) / 2,
-                ),
-                theme::font(LABEL_PX).pos(Pos::new(HPos::Center, VPos::Center)),
-            ))?;
+            frame::no_data(root, plot_x.clone(), plot_y.clone())?;
         }
 
         // Each line's end: a dot, and its label in a column to the right, spread apart where

@@ -67,3 +67,14 @@ pub(crate) fn style_mesh<X: Ranged, Y: Ranged, DB: DrawingBackend>(
         .axis_style(FG.mix(0.6))
         .set_all_tick_mark_size(4);
 }
+
+/// "no data" in the middle of a plotting area whose pixel ranges are `x` and `y`: a chart with
+/// nothing to draw says so instead of an empty frame.
+pub(crate) fn no_data(root: &Area, x: std::ops::Range<i32>, y: std::ops::Range<i32>) -> DrawResult {
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    root.draw(&plotters::element::Text::new(
+        "no data",
+        ((x.start + x.end) / 2, (y.start + y.end) / 2),
+        crate::theme::font(crate::theme::LABEL_PX).pos(Pos::new(HPos::Center, VPos::Center)),
+    ))
+}

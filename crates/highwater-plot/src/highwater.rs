@@ -254,14 +254,7 @@ impl HighWaterChart {
 
         // Death markers last, so they sit on top of every line.
         if self.series.iter().all(|s| s.points.is_empty()) {
-            root.draw(&Text::new(
-                "no data",
-                (
-                    (plot_x.start + plot_x.end) / 2,
-                    (plot_y.start + plot_y.end) / 2,
-                ),
-                theme::font(LABEL_PX).pos(Pos::new(HPos::Center, VPos::Center)),
-            ))?;
+            frame::no_data(root, plot_x.clone(), plot_y.clone())?;
         }
         let mut deaths: Vec<Death> = Vec::new();
         for (i, (s, style)) in self.series.iter().zip(styled).enumerate() {

@@ -290,6 +290,14 @@ impl Workload {
     }
 }
 
+/// The factor with the largest value: the one an error blames, since it is the one to shrink.
+fn largest<'a>(factors: &[(&'static str, &'a Spanned<u64>)]) -> (&'static str, &'a Spanned<u64>) {
+    *factors
+        .iter()
+        .max_by_key(|(_, v)| *v.get_ref())
+        .expect("at least one factor")
+}
+
 /// Multiplies named, spanned factors, blaming the largest on overflow (see `validate`).
 type Product<'a> = dyn Fn(&[(&'static str, &Spanned<u64>)], &str) -> Result<u64, RecipeError> + 'a;
 
@@ -480,13 +488,10 @@ impl Recipe {
             "eval_batch × eval_seq_len × 2·d_ffn × dtype",
         )?;
         if !MAX_TENSOR_BYTES.allows(bytes) {
-            let (field, v) = [
+            let (field, v) = largest(&[
                 ("workload.eval_batch", &eval_batch),
                 ("workload.eval_seq_len", &eval_seq_len),
-            ]
-            .into_iter()
-            .max_by_key(|(_, v)| *v.get_ref())
-            .expect("two factors");
+            ]);
             return Err(err(
                 field,
                 v.span(),
@@ -554,13 +559,10 @@ impl Recipe {
         // Exact in 128 bits, so that the message never shows a wrapped product.
         let calls = u128::from(n_experts) * u128::from(max_iter);
         if calls > u128::from(MAX_EXPERT_CALLS.max) {
-            let (field, v) = [
+            let (field, v) = largest(&[
                 ("model.n_experts", &m.n_experts),
                 ("model.max_iter", &m.max_iter),
-            ]
-            .into_iter()
-            .max_by_key(|(_, v)| *v.get_ref())
-            .expect("two factors");
+            ]);
             return Err(err(
                 field,
                 v.span(),
@@ -595,10 +597,7 @@ impl Recipe {
                 acc = match acc.checked_mul(*v.get_ref()) {
                     Some(a) => a,
                     None => {
-                        let (field, v) = factors[..=i]
-                            .iter()
-                            .max_by_key(|(_, v)| *v.get_ref())
-                            .expect("at least one factor");
+                        let (field, v) = largest(&factors[..=i]);
                         return Err(err(
                             field,
                             v.span(),
@@ -642,21 +641,15 @@ impl Recipe {
             .and_then(|b| b.checked_add(*r.persistent_bytes.get_ref()));
         if weight_bytes.is_none() {
             // The largest term's largest factor: an expert size, or the rest of the model.
-            let experts = [
+            let experts = largest(&[
                 ("model.n_experts", &m.n_experts),
                 ("model.d_model", &m.d_model),
                 ("model.d_ffn", &m.d_ffn),
-            ]
-            .into_iter()
-            .max_by_key(|(_, v)| *v.get_ref())
-            .expect("three factors");
-            let rest = [
+            ]);
+            let rest = largest(&[
                 ("rest_of_model.params", &r.params),
                 ("rest_of_model.persistent_bytes", &r.persistent_bytes),
-            ]
-            .into_iter()
-            .max_by_key(|(_, v)| *v.get_ref())
-            .expect("two terms");
+            ]);
             let experts_larger = expert_params >= *rest.1.get_ref();
             let (field, v) = if experts_larger { experts } else { rest };
             return Err(err(
