@@ -136,8 +136,10 @@ pub trait TrainingStep<B: AutodiffBackend> {
     /// The optimizer's update; the gradients are gone when it returns.
     fn optimize(&mut self, grads: B::Gradients);
     /// What the training loop does between steps (an evaluation pass, a cleanup), after step
-    /// `step`; the device is synchronized after it.
-    fn between_steps(&mut self, _step: u64) {}
+    /// `step`; whether it did anything (the device is then synchronized and the pool read again).
+    fn between_steps(&mut self, _step: u64) -> bool {
+        false
+    }
     /// Whether the device is synchronized after every phase, or only at the end of the step.
     fn sync_mode(&self) -> SyncMode {
         SyncMode::Phase
@@ -215,12 +217,13 @@ impl<B: AutodiffBackend, S: TrainingStep<B>> Trainer<B, S> {
         self.phase = Phase::Optimizer;
         probe.phase(self.phase);
         self.program.optimize(grads);
-        in_use(Phase::Optimizer, true)?;
+        let (_, mut reserved) = in_use(Phase::Optimizer, true)?;
 
         self.phase = Phase::Eval;
         probe.phase(self.phase);
-        self.program.between_steps(step);
-        let (_, reserved) = in_use(Phase::Eval, true)?;
+        if self.program.between_steps(step) {
+            reserved = in_use(Phase::Eval, true)?.1;
+        }
         Ok(MeasuredStep {
             step,
             in_use_after_forward,
@@ -396,9 +399,11 @@ impl<B: TrainBackend> TrainingStep<B> for WaveStep<B> {
         self.update(&mut grads);
     }
 
-    fn between_steps(&mut self, step: u64) {
+    fn between_steps(&mut self, step: u64) -> bool {
         let w = self.recipe.workload;
-        if w.eval_every > 0 && step.is_multiple_of(w.eval_every) {
+        let evaluate = w.eval_every > 0 && step.is_multiple_of(w.eval_every);
+        let cleanup = w.cleanup_every > 0 && step.is_multiple_of(w.cleanup_every);
+        if evaluate {
             // Forward only, on its own batch shape, with the weights detached (burn's `valid()`):
             // nothing is tracked, so every activation goes as soon as it is consumed. The loss
             // is read, as an evaluation reports it.
@@ -414,12 +419,13 @@ impl<B: TrainBackend> TrainingStep<B> for WaveStep<B> {
             let batch = Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), &self.device);
             let _evaluated = self.forward_with(&stack, batch).into_scalar();
         }
-        if w.cleanup_every > 0 && step.is_multiple_of(w.cleanup_every) {
+        if cleanup {
             // Every page that is wholly free goes back to the driver; the queue drains first,
             // since burn-fusion does not before a cleanup.
             B::sync(&self.device).expect("the device syncs before a cleanup");
             B::memory_cleanup(&self.device);
         }
+        evaluate || cleanup
     }
 
     fn sync_mode(&self) -> SyncMode {
