@@ -20,8 +20,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::compile::{LineMap, map_panic_location};
-use crate::{execute, freeze, is_failure};
+pub use crate::compile::LineMap;
+use crate::compile::map_panic_location;
+use crate::error::BundleError;
+use crate::outcome::Outcome;
+use crate::{execute, freeze};
 
 /// The file in a bundle folder that lists its cells.
 const MANIFEST: &str = "bundle.json";
@@ -35,47 +38,29 @@ const RUNNER: &str = "mdbook-cells";
 pub struct Bundle {
     /// What a freeze's badge says made it: the two commands.
     pub command: String,
+    /// The book's `output-limit`, which the run applies as a build would.
     pub output_limit: usize,
+    /// The GPU cells, in book order.
     pub cells: Vec<BundledCell>,
     /// Where the bundled modules' lines came from, to place a panic in its chapter.
     pub lines: BTreeMap<String, LineMap>,
 }
 
+/// One GPU cell in a bundle.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BundledCell {
+    /// Its module in the compiled cells.
     pub module: String,
     /// The chapter's file and the cell's fence line, for messages.
     pub chapter: String,
+    /// The cell's fence line.
     pub line: usize,
+    /// Its timeout, in seconds.
     pub timeout_s: u64,
     /// The freeze file, relative to the book root.
     pub freeze: PathBuf,
     /// The hash the freeze carries (see [`freeze`]).
     pub source: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum BundleError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path} is not a GPU-cell bundle: {reason}")]
-    Manifest { path: PathBuf, reason: String },
-    #[error(
-        "no CUDA GPU here (`nvidia-smi` names none); pass --gpu-name NAME if its tool is elsewhere"
-    )]
-    NoGpu,
-    #[error("cannot run the bundled cells: {0}")]
-    Run(std::io::Error),
-    #[error("{0} is not a book's root (no book.toml): run-bundle runs from there")]
-    NotABook(PathBuf),
-    #[error(
-        "freeze-dir {0} is outside the book: a bundle writes freezes only inside the book it \
-         was built from"
-    )]
-    FreezeOutside(PathBuf),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
@@ -173,7 +158,7 @@ pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRu
     )
     .map_err(BundleError::Run)?;
     let mut ran: BTreeMap<String, execute::Ran> = ran.into_iter().collect();
-    let mut outcome = BundleRun::default();
+    let mut done = BundleRun::default();
     for cell in &bundle.cells {
         let failed = |kind: &str, message: &str| {
             let first = message.lines().next().unwrap_or_default();
@@ -183,26 +168,25 @@ pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRu
             )
         };
         let Some(ran) = ran.remove(&cell.module) else {
-            outcome
-                .failed
+            done.failed
                 .push(failed("not run", "the harness gave no result"));
             continue;
         };
         let stored = ran.into_stored(|m| map_panic_location(&bundle.lines, m));
-        if is_failure(&stored.kind) {
-            outcome.failed.push(failed(&stored.kind, &stored.body));
+        if let Outcome::Failed { kind, message } = &stored.outcome {
+            done.failed.push(failed(kind.name(), message));
             continue;
         }
         let path = root.join(&cell.freeze);
         match freeze::record(&path, &cell.source, &gpu, &bundle.command, &stored) {
-            Ok(_) => outcome.frozen.push(cell.freeze.clone()),
-            Err(e) => outcome.failed.push(failed(
+            Ok(_) => done.frozen.push(cell.freeze.clone()),
+            Err(e) => done.failed.push(failed(
                 "freeze",
                 &format!("cannot write {}: {e}", path.display()),
             )),
         }
     }
-    Ok(outcome)
+    Ok(done)
 }
 
 /// Whether a relative path stays under the folder it is taken from.

@@ -13,17 +13,17 @@ use std::process::Command;
 
 /// One cell's code, where it came from, and where it lands in the generated crate.
 #[derive(Debug, Clone)]
-pub struct CellSource {
+pub(crate) struct CellSource {
     /// Module name, unique in the crate (also the cell's id for the harness).
-    pub module: String,
+    pub(crate) module: String,
     /// The chapter's file, as shown in messages (`src/intro.md`).
-    pub chapter: String,
+    pub(crate) chapter: String,
     /// The chapter's prelude code and the chapter line of its first line.
-    pub prelude: Option<(String, usize)>,
-    pub code: String,
-    pub code_line: usize,
+    pub(crate) prelude: Option<(String, usize)>,
+    pub(crate) code: String,
+    pub(crate) code_line: usize,
     /// Chapter line blamed for errors in the wrapper (the cell's value has the wrong type…).
-    pub last_line: usize,
+    pub(crate) last_line: usize,
 }
 
 /// Where each part of a generated module came from.
@@ -55,26 +55,26 @@ impl LineMap {
 
 /// A compile error attributed to a cell.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CellDiagnostic {
-    pub line: usize,
+pub(crate) struct CellDiagnostic {
+    pub(crate) line: usize,
     /// The error lies in the chapter's prelude, not in the cell itself.
-    pub in_prelude: bool,
+    pub(crate) in_prelude: bool,
     /// The error rendered against the chapter's own file and lines.
-    pub rendered: String,
+    pub(crate) rendered: String,
 }
 
 /// The result of compiling the crate.
 #[derive(Debug, Default)]
-pub struct Compiled {
+pub(crate) struct Compiled {
     /// The runnable binary, if anything could be built.
-    pub binary: Option<PathBuf>,
+    pub(crate) binary: Option<PathBuf>,
     /// Errors per module; those modules were stubbed.
-    pub errors: BTreeMap<String, Vec<CellDiagnostic>>,
+    pub(crate) errors: BTreeMap<String, Vec<CellDiagnostic>>,
     /// An error no cell is to blame for (a dependency failed to build, cargo is missing…).
-    pub global: Option<String>,
+    pub(crate) global: Option<String>,
 }
 
-pub struct CellCrate {
+pub(crate) struct CellCrate {
     dir: PathBuf,
     target_dir: PathBuf,
     maps: BTreeMap<String, LineMap>,
@@ -127,7 +127,7 @@ fn merge(base: &mut toml::Table, over: &toml::Table) {
 impl CellCrate {
     /// Writes the crate for `cells` under `dir`. Files whose content is unchanged are left
     /// alone, so cargo and incremental compilation see only what was edited.
-    pub fn write(
+    pub(crate) fn write(
         dir: &Path,
         target_dir: &Path,
         dependencies: &toml::Table,
@@ -186,7 +186,7 @@ impl CellCrate {
     }
 
     /// Builds the crate; modules that fail are stubbed and the build retried.
-    pub fn compile(&self) -> Compiled {
+    pub(crate) fn compile(&self) -> Compiled {
         let mut compiled = Compiled::default();
         // Each round stubs at least one module, or stops.
         for _ in 0..=self.maps.len().min(8) {
@@ -321,19 +321,19 @@ impl CellCrate {
     }
 
     /// Maps a panic location `src/MODULE.rs:LINE` in a message to the chapter's line.
-    pub fn map_panic_location(&self, message: &str) -> String {
+    pub(crate) fn map_panic_location(&self, message: &str) -> String {
         map_panic_location(&self.maps, message)
     }
 
     /// Where each module's lines came from.
-    pub fn line_maps(&self) -> &BTreeMap<String, LineMap> {
+    pub(crate) fn line_maps(&self) -> &BTreeMap<String, LineMap> {
         &self.maps
     }
 }
 
 /// `message` with a panic location in a generated module (`at src/m.rs:12`) rewritten to the
 /// chapter's file and line.
-pub fn map_panic_location(maps: &BTreeMap<String, LineMap>, message: &str) -> String {
+pub(crate) fn map_panic_location(maps: &BTreeMap<String, LineMap>, message: &str) -> String {
     let Some(at) = message.rfind(" at src/") else {
         return message.to_string();
     };
@@ -351,7 +351,7 @@ pub fn map_panic_location(maps: &BTreeMap<String, LineMap>, message: &str) -> St
 }
 
 const STUB: &str = "// This cell did not compile; see its error in the book.\n\
-pub fn run() -> ::cell_output::Output {\n    \
+pub(crate) fn run() -> ::cell_output::Output {\n    \
 ::cell_output::Output::Error(\"did not compile\".into())\n}\n";
 
 /// The module for one cell: the prelude's items, then the body wrapped so that its last

@@ -1,6 +1,6 @@
 //! The book's `[preprocessor.cells]` table.
 
-use crate::Error;
+use crate::error::Error;
 use crate::parse::closest;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -135,11 +135,11 @@ impl Config {
                 "unknown key `{key}` in [preprocessor.cells]{hint}"
             )));
         }
-        if !(1..=crate::execute::MAX_TIMEOUT_S).contains(&self.timeout) {
+        if !(1..=crate::types::MAX_TIMEOUT_S).contains(&self.timeout) {
             return Err(Error::Config(format!(
                 "timeout = {} is out of range: a cell's timeout is 1 to {} seconds",
                 self.timeout,
-                crate::execute::MAX_TIMEOUT_S
+                crate::types::MAX_TIMEOUT_S
             )));
         }
         if self.output_limit == 0 {

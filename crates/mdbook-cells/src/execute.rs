@@ -8,31 +8,44 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::cache::Stored;
+use crate::outcome::{FailureKind, Outcome, Stored};
+use crate::types::MAX_TIMEOUT_S;
 
 /// One cell to run.
 #[derive(Debug, Clone)]
-pub struct Job {
-    pub module: String,
-    pub timeout: Duration,
+pub(crate) struct Job {
+    /// The cell's module in the generated crate.
+    pub(crate) module: String,
+    /// How long it may take.
+    pub(crate) timeout: Duration,
 }
 
 /// What happened when a cell ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ran {
-    pub stdout: String,
-    pub stderr: String,
-    pub end: End,
+pub(crate) struct Ran {
+    /// What it printed to standard output (clipped at the output limit).
+    pub(crate) stdout: String,
+    /// What it printed to standard error (clipped at the output limit).
+    pub(crate) stderr: String,
+    /// How it ended.
+    pub(crate) end: End,
+    /// From its start to its end, as the harness reported them.
+    pub(crate) elapsed: Duration,
 }
 
+/// How a cell's run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// The harness's kind and body (see `cell_output::Output`).
     Value {
+        /// The kind line the harness wrote.
         kind: String,
+        /// The body after it.
         body: String,
     },
+    /// It panicked with this message.
     Panicked(String),
+    /// It was killed at its timeout.
     TimedOut(Duration),
     /// The process died while the cell ran.
     Died(String),
@@ -42,35 +55,36 @@ pub enum End {
 
 impl Ran {
     /// As the cache and freezes keep it; `map_panic` rewrites a panic's location.
-    pub fn into_stored(self, map_panic: impl Fn(&str) -> String) -> Stored {
-        let (kind, body) = match self.end {
-            End::Value { kind, body } => (kind, body),
-            End::Panicked(msg) => ("panic".into(), map_panic(&msg)),
-            End::TimedOut(t) => (
-                "timeout".into(),
+    pub(crate) fn into_stored(self, map_panic: impl Fn(&str) -> String) -> Stored {
+        let outcome = match self.end {
+            End::Value { kind, body } => Outcome::from_parts(&kind, body).unwrap_or_else(|| {
+                let kind: String = kind.chars().take(40).collect();
+                Outcome::failed(
+                    FailureKind::Died,
+                    format!("the harness wrote a value of unknown kind `{kind}`"),
+                )
+            }),
+            End::Panicked(msg) => Outcome::failed(FailureKind::Panic, map_panic(&msg)),
+            End::TimedOut(t) => Outcome::failed(
+                FailureKind::Timeout,
                 format!("killed after {} s (the cell's timeout)", t.as_secs()),
             ),
-            End::Died(why) => ("died".into(), why),
-            End::TooLarge(why) => ("too-large".into(), why),
+            End::Died(why) => Outcome::failed(FailureKind::Died, why),
+            End::TooLarge(why) => Outcome::failed(FailureKind::TooLarge, why),
         };
         Stored {
             stdout: self.stdout,
             stderr: self.stderr,
-            kind,
-            body,
+            outcome,
         }
     }
 }
-
-/// The longest a cell may be given (a day): a timeout is a bound on a hang, and a larger one
-/// would overflow the clock's arithmetic long before it meant anything.
-pub const MAX_TIMEOUT_S: u64 = 24 * 60 * 60;
 
 /// How long the harness may take to start the next cell (process start-up, dynamic linking).
 const START_GRACE: Duration = Duration::from_secs(30);
 
 /// Runs `jobs` with the binary built from the cell crate; `cwd` is the book root.
-pub fn run_all(
+pub(crate) fn run_all(
     binary: &Path,
     cwd: &Path,
     results: &Path,
@@ -126,6 +140,7 @@ pub fn run_all(
                             stdout: String::new(),
                             stderr: String::new(),
                             end: End::Died(why.clone()),
+                            elapsed: Duration::ZERO,
                         },
                     ));
                 }
@@ -138,11 +153,12 @@ pub fn run_all(
         let mut finished = 0;
         for job in rest {
             let started = wait_for(&lines, &format!("start {}", job.module), START_GRACE);
+            let clock = Instant::now();
             let end = match started {
                 Wait::Seen => wait_for(&lines, &format!("end {}", job.module), job.timeout),
                 other => other,
             };
-            let files = Files::new(results, &job.module, output_limit);
+            let files = Files::new(results, &job.module, output_limit, clock.elapsed());
             match end {
                 Wait::Seen => {
                     done.push((job.module.clone(), files.finished()));
@@ -245,13 +261,15 @@ fn describe_exit(status: std::process::ExitStatus, stderr: &str) -> String {
 struct Files {
     base: PathBuf,
     limit: usize,
+    elapsed: Duration,
 }
 
 impl Files {
-    fn new(results: &Path, module: &str, limit: usize) -> Files {
+    fn new(results: &Path, module: &str, limit: usize, elapsed: Duration) -> Files {
         Files {
             base: results.join(module),
             limit,
+            elapsed,
         }
     }
 
@@ -272,6 +290,7 @@ impl Files {
             stdout: self.read("stdout").unwrap_or_default(),
             stderr: self.read("stderr").unwrap_or_default(),
             end,
+            elapsed: self.elapsed,
         }
     }
 
@@ -329,7 +348,7 @@ fn past_the_limit(panic: &[u8], limit: usize) -> String {
 
 /// Bytes to text: invalid UTF-8 shown lossily, anything past `limit` cut (on a character
 /// boundary) with a note.
-pub fn clip(mut bytes: Vec<u8>, limit: usize) -> String {
+pub(crate) fn clip(mut bytes: Vec<u8>, limit: usize) -> String {
     let cut = bytes.len() > limit;
     bytes.truncate(limit);
     if cut && let Err(e) = std::str::from_utf8(&bytes) {

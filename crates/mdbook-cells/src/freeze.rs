@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::Stored;
+use crate::outcome::Stored;
 
 /// One GPU cell's recorded output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +31,7 @@ pub struct Freeze {
     pub date: String,
     /// The command that ran it.
     pub command: String,
+    /// What the cell produced there.
     pub output: Stored,
 }
 
@@ -46,15 +47,6 @@ impl Freeze {
 
 /// The command that makes freezes, as the badge names it.
 pub const COMMAND: &str = "MDBOOK_CELLS_GPU=1 mdbook build";
-
-/// How to make a missing or stale freeze.
-pub fn how_to_freeze() -> String {
-    format!(
-        "run `{COMMAND}` on a machine with a CUDA GPU, or build a bundle for one without Rust: \
-         `{}`",
-        crate::bundle::command(Path::new("DIR"))
-    )
-}
 
 /// Freezes `output` at `path` as made on `gpu` by `command`, unless the freeze there already
 /// holds the same output from the same inputs on the same GPU (its date then stays: no commit
@@ -90,7 +82,7 @@ pub fn path(root: &Path, freeze_dir: &Path, chapter: &str, n: usize) -> PathBuf 
 }
 
 /// The freeze at `path`, or why there is none, as "the GPU cell … at PATH" goes on: a freeze
-/// holds one output of a known kind (never a failure: those are not frozen).
+/// holds one output of a known kind (parsing checks it), never a failure (those are not frozen).
 pub fn read(path: &Path) -> Result<Freeze, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -101,10 +93,10 @@ pub fn read(path: &Path) -> Result<Freeze, String> {
     };
     let freeze: Freeze = serde_json::from_str(&text)
         .map_err(|e| format!("has a frozen output that is not a freeze ({e})"))?;
-    if freeze.output.is_failure() || !freeze.output.kind_is_known() {
+    if let Some(kind) = freeze.output.outcome.failure() {
         return Err(format!(
             "has a frozen output of kind `{}`, which no GPU run freezes",
-            cell_output::escape(&freeze.output.kind.chars().take(40).collect::<String>())
+            kind.name()
         ));
     }
     Ok(freeze)
@@ -143,6 +135,7 @@ pub fn gpu_name() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::{FailureKind, Outcome, OutputKind};
 
     #[test]
     fn a_freeze_of_an_unknown_kind_or_a_failure_is_refused() {
@@ -154,22 +147,22 @@ mod tests {
             gpu: "H200".into(),
             date: "2026-12-01T00:00:00Z".into(),
             command: COMMAND.into(),
-            output: Stored {
-                stdout: String::new(),
-                stderr: String::new(),
-                kind: "text".into(),
+            output: Stored::of(Outcome::Value {
+                kind: OutputKind::Text,
                 body: "ok".into(),
-            },
+            }),
         };
         write(&path, &freeze).unwrap();
         assert_eq!(read(&path), Ok(freeze.clone()));
-        for kind in ["<script>", "panic"] {
-            freeze.output.kind = kind.into();
-            write(&path, &freeze).unwrap();
-            let why = read(&path).unwrap_err();
-            assert!(why.contains("which no GPU run freezes"), "{why}");
-            assert!(!why.contains('<'), "quoted escaped: {why}");
-        }
+        freeze.output.outcome = Outcome::failed(FailureKind::Panic, "boom");
+        write(&path, &freeze).unwrap();
+        let why = read(&path).unwrap_err();
+        assert!(why.contains("`panic`, which no GPU run freezes"), "{why}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("\"panic\"", "\"<script>\"")).unwrap();
+        let why = read(&path).unwrap_err();
+        assert!(why.contains("not one this engine writes"), "{why}");
+        assert!(!why.contains('<'), "quoted escaped: {why}");
         std::fs::write(&path, "{").unwrap();
         assert!(read(&path).unwrap_err().contains("not a freeze"));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -1,12 +1,14 @@
 //! Finding cells in a chapter's markdown and reading their `//| key: value` options.
 
-use crate::execute::MAX_TIMEOUT_S;
+use crate::types::MAX_TIMEOUT_S;
 use std::fmt;
 
 /// A chapter split into prose and cells, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
+    /// Markdown between cells, as written.
     Prose(String),
+    /// A cell.
     Cell(CellBlock),
 }
 
@@ -15,6 +17,7 @@ pub enum Segment {
 pub struct CellBlock {
     /// 1-based line of the opening fence in the chapter.
     pub fence_line: usize,
+    /// Its `//| key: value` options.
     pub options: CellOptions,
     /// The code without option lines.
     pub code: String,
@@ -27,11 +30,14 @@ pub struct CellBlock {
 /// The per-cell options, from `//| key: value` lines at the top of a cell.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct CellOptions {
+    /// The page shows the output only.
     pub hide_code: bool,
     /// Show the code folded under the output, not above it; unset: folded when the code is
     /// longer than the book's `fold-code-over` lines.
     pub fold_code: Option<bool>,
+    /// The page shows the code only (the cell still runs: a later cell may read what it wrote).
     pub hide_output: bool,
+    /// The figure's or table's caption.
     pub caption: Option<String>,
     /// `fig-…` (numbered "Figure N") or `tbl-…` (numbered "Table N").
     pub id: Option<String>,
@@ -47,6 +53,7 @@ pub struct CellOptions {
     pub reads: Vec<String>,
 }
 
+/// Every option a cell may set, for suggestions when one is misspelt.
 pub const OPTION_NAMES: &[&str] = &[
     "hide-code",
     "fold-code",
@@ -60,10 +67,12 @@ pub const OPTION_NAMES: &[&str] = &[
     "reads",
 ];
 
+/// Something wrong with a cell found while parsing, at its chapter line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OptionError {
     /// 1-based chapter line.
     pub line: usize,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -76,6 +85,7 @@ impl fmt::Display for OptionError {
 /// A chapter split into prose and cells, and the cells it holds where they cannot run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chapter {
+    /// Prose and cells, in order.
     pub segments: Vec<Segment>,
     /// A ```` ```cell ```` block inside a blockquote, a list item or a footnote: left as prose
     /// (mdbook shows it as code), not run, and a problem at its line.

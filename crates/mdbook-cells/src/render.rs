@@ -1,6 +1,6 @@
 //! Turning a cell and its outcome into the markdown and HTML the chapter shows.
 
-use crate::cache::Stored;
+use crate::outcome::{Outcome, OutputKind, Stored};
 use crate::parse::CellBlock;
 use cell_output::escape;
 use std::collections::HashMap;
@@ -8,21 +8,28 @@ use std::fmt::Write as _;
 
 /// What the page shows under a cell's code.
 #[derive(Debug, Clone)]
-pub enum Shown<'a> {
+pub enum Shown {
     /// The cell ran (now or earlier) and this is what it produced.
-    Output(&'a Stored),
+    Output(Stored),
     /// The cell failed; `expected` when that is its point.
     Failure {
+        /// How it failed, in a few words (`compile error`).
         label: String,
+        /// The failure's text (a compiler diagnostic, a panic message).
         message: String,
+        /// What it printed before it failed.
         stdout: String,
+        /// Its `expect-fail` says it should fail.
         expected: bool,
     },
     /// A GPU cell's output recorded on a GPU earlier, under a badge; `stale` when the cell or
     /// its inputs changed since.
     Frozen {
+        /// The recorded output.
         stored: Stored,
+        /// Where, when and how it was recorded.
         badge: String,
+        /// The cell or its inputs changed since.
         stale: bool,
     },
     /// A note instead of output (a GPU cell that has never run on a GPU).
@@ -34,8 +41,11 @@ pub enum Shown<'a> {
 /// A numbered figure or table: its id, "Figure 2.3", and the page it is on.
 #[derive(Debug, Clone)]
 pub struct Label {
+    /// The cell's `id` (`fig-…`, `tbl-…`).
     pub id: String,
+    /// "Figure 2.3".
     pub name: String,
+    /// The page it is on (`part-1/intro.html`).
     pub html_path: String,
 }
 
@@ -129,18 +139,21 @@ fn frozen_badge(badge: &str, stale: bool) -> String {
     )
 }
 
+fn pre(class: &str, text: &str) -> String {
+    format!(
+        "<pre class=\"{class}\">{}</pre>\n",
+        pre_text(text.trim_end_matches('\n'))
+    )
+}
+
+fn caption_p(caption: Option<&str>) -> String {
+    caption
+        .map(|c| format!("<p class=\"cell-caption\">{c}</p>\n"))
+        .unwrap_or_default()
+}
+
 fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
     let mut out = String::new();
-    let pre = |class: &str, text: &str| {
-        format!(
-            "<pre class=\"{class}\">{}</pre>\n",
-            pre_text(text.trim_end_matches('\n'))
-        )
-    };
-    let caption_p = |c: Option<&str>| {
-        c.map(|c| format!("<p class=\"cell-caption\">{c}</p>\n"))
-            .unwrap_or_default()
-    };
     match shown {
         Shown::Nothing => {}
         Shown::Note(note) => {
@@ -152,7 +165,7 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
             stale,
         } => {
             out.push_str(&frozen_badge(badge, *stale));
-            out.push_str(&shown_html(&Shown::Output(stored), caption));
+            out.push_str(&output_html(stored, caption));
         }
         Shown::Failure {
             label,
@@ -176,46 +189,56 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
             );
             out.push_str(&caption_p(caption));
         }
-        Shown::Output(stored) => {
-            if !stored.stdout.is_empty() {
-                out.push_str(&pre("cell-stdout", &stored.stdout));
+        Shown::Output(stored) => out.push_str(&output_html(stored, caption)),
+    }
+    out
+}
+
+/// What a cell printed, then its value as its kind is shown.
+fn output_html(stored: &Stored, caption: Option<&str>) -> String {
+    let mut out = String::new();
+    if !stored.stdout.is_empty() {
+        out.push_str(&pre("cell-stdout", &stored.stdout));
+    }
+    if !stored.stderr.is_empty() {
+        out.push_str(&pre("cell-stderr", &stored.stderr));
+    }
+    let (kind, body) = match &stored.outcome {
+        Outcome::Value { kind, body } => (Some(*kind), body.as_str()),
+        // Not shown as an output (a failure is a `Shown::Failure`): only the caption.
+        Outcome::Failed { .. } => (None, ""),
+    };
+    match kind {
+        Some(OutputKind::Figure) => {
+            let _ = write!(
+                out,
+                "<figure class=\"cell-figure\">{}",
+                without_blank_lines(body)
+            );
+            if let Some(c) = caption {
+                let _ = write!(out, "<figcaption>{c}</figcaption>");
             }
-            if !stored.stderr.is_empty() {
-                out.push_str(&pre("cell-stderr", &stored.stderr));
-            }
-            match stored.kind.as_str() {
-                "figure" => {
-                    let _ = write!(
-                        out,
-                        "<figure class=\"cell-figure\">{}",
-                        without_blank_lines(&stored.body)
-                    );
-                    if let Some(c) = caption {
-                        let _ = write!(out, "<figcaption>{c}</figcaption>");
-                    }
-                    out.push_str("</figure>\n");
-                }
-                "table" => {
-                    out.push_str("<div class=\"cell-table\">\n");
-                    out.push_str(&caption_p(caption));
-                    out.push_str(&without_blank_lines(&stored.body));
-                    out.push_str("\n</div>\n");
-                }
-                "markdown" => {
-                    let _ = write!(out, "\n{}\n\n", stored.body.trim_end());
-                    out.push_str(&caption_p(caption));
-                }
-                "html" => {
-                    let _ = writeln!(out, "{}", without_blank_lines(&stored.body));
-                    out.push_str(&caption_p(caption));
-                }
-                "text" => {
-                    out.push_str(&pre("cell-output", &stored.body));
-                    out.push_str(&caption_p(caption));
-                }
-                _ => out.push_str(&caption_p(caption)),
-            }
+            out.push_str("</figure>\n");
         }
+        Some(OutputKind::Table) => {
+            out.push_str("<div class=\"cell-table\">\n");
+            out.push_str(&caption_p(caption));
+            out.push_str(&without_blank_lines(body));
+            out.push_str("\n</div>\n");
+        }
+        Some(OutputKind::Markdown) => {
+            let _ = write!(out, "\n{}\n\n", body.trim_end());
+            out.push_str(&caption_p(caption));
+        }
+        Some(OutputKind::Html) => {
+            let _ = writeln!(out, "{}", without_blank_lines(body));
+            out.push_str(&caption_p(caption));
+        }
+        Some(OutputKind::Text) => {
+            out.push_str(&pre("cell-output", body));
+            out.push_str(&caption_p(caption));
+        }
+        Some(OutputKind::Nothing) | None => out.push_str(&caption_p(caption)),
     }
     out
 }
@@ -369,10 +392,12 @@ mod tests {
         let stored = Stored {
             stdout: "printed\n".into(),
             stderr: String::new(),
-            kind: "text".into(),
-            body: "1".into(),
+            outcome: Outcome::Value {
+                kind: OutputKind::Text,
+                body: "1".into(),
+            },
         };
-        let shown = Shown::Output(&stored);
+        let shown = Shown::Output(stored);
         let html = cell(block, &shown, None, true);
         let (result, code) = (html.find("printed").unwrap(), html.find("let x").unwrap());
         assert!(result < code, "the result comes first: {html}");
@@ -407,12 +432,10 @@ mod tests {
         let crate::parse::Segment::Cell(block) = &block[0] else {
             panic!()
         };
-        let stored = Stored {
-            stdout: String::new(),
-            stderr: String::new(),
-            kind: "text".into(),
+        let stored = Stored::of(Outcome::Value {
+            kind: OutputKind::Text,
             body: "1".into(),
-        };
+        });
         let frozen = Shown::Frozen {
             stored,
             badge: "GPU\n\nH200".into(),
@@ -431,10 +454,12 @@ mod tests {
         let stored = Stored {
             stdout: "a < b\n".into(),
             stderr: String::new(),
-            kind: "figure".into(),
-            body: "<svg>\n\n<g/>\n</svg>".into(),
+            outcome: Outcome::Value {
+                kind: OutputKind::Figure,
+                body: "<svg>\n\n<g/>\n</svg>".into(),
+            },
         };
-        let out = shown_html(&Shown::Output(&stored), Some("cap"));
+        let out = shown_html(&Shown::Output(stored), Some("cap"));
         assert_eq!(
             out,
             "<pre class=\"cell-stdout\">a &lt; b</pre>\n<figure class=\"cell-figure\"><svg>\n<g/>\n</svg><figcaption>cap</figcaption></figure>\n"

@@ -9,10 +9,10 @@ use std::process::Command;
 const AUDIT: &str = include_str!("audit.js");
 
 /// Themes the book is read in: mdbook's default and its most used dark one.
-pub const THEMES: [&str; 2] = ["light", "coal"];
+pub(crate) const THEMES: [&str; 2] = ["light", "coal"];
 
 /// The Chromium binary, or `None` off CI where it is not installed.
-pub fn chromium() -> Option<&'static str> {
+pub(crate) fn chromium() -> Option<&'static str> {
     let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
         .into_iter()
         .find(|p| Path::new(p).exists());
@@ -29,16 +29,16 @@ pub fn chromium() -> Option<&'static str> {
 /// What a probe puts into a copy of a page: `head` first in its `<head>`, `script` last in its
 /// `<body>`; the script leaves its answer in `body[data-ATTR]`. `tag` names the copy and the
 /// Chromium profile, so that probes running at once do not share either.
-pub struct Probe<'a> {
-    pub head: &'a str,
-    pub script: &'a str,
-    pub attr: &'a str,
-    pub tag: &'a str,
+pub(crate) struct Probe<'a> {
+    pub(crate) head: &'a str,
+    pub(crate) script: &'a str,
+    pub(crate) attr: &'a str,
+    pub(crate) tag: &'a str,
 }
 
 /// Loads `page` with `probe` in headless Chromium; returns the probe's answer, HTML entities
 /// decoded.
-pub fn probe(chromium: &str, page: &Path, probe: &Probe) -> String {
+pub(crate) fn probe(chromium: &str, page: &Path, probe: &Probe) -> String {
     let Probe {
         head,
         script,
@@ -88,7 +88,7 @@ pub fn probe(chromium: &str, page: &Path, probe: &Probe) -> String {
 }
 
 /// The audit's findings for `page` read in `theme`.
-pub fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
+pub(crate) fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
     // The theme goes in before mdbook's own script reads it; the audit runs last.
     let head = format!("<script>localStorage.setItem('mdbook-theme', '{theme}');</script>");
     let tag = format!("audit-{theme}");
@@ -108,7 +108,7 @@ pub fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
 /// mdbook 0.5 lowercases raw-HTML attributes (`viewBox` → `viewbox`). A real browser must
 /// still apply each inlined figure's viewBox: every figure's drawn aspect ratio is compared
 /// with its viewBox.
-pub fn svg_figures_keep_their_aspect(chromium: &str, page: &Path) {
+pub(crate) fn svg_figures_keep_their_aspect(chromium: &str, page: &Path) {
     let html = std::fs::read_to_string(page).unwrap();
     assert!(
         html.contains("<figure class=\"cell-figure\"><svg"),
@@ -149,7 +149,7 @@ document.body.setAttribute('data-svg-probe', found.join(';'));
 }
 
 /// The book's pages (not the print page, which repeats them, nor mdbook's own).
-pub fn pages(book: &Path) -> Vec<PathBuf> {
+pub(crate) fn pages(book: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut dirs = vec![book.to_path_buf()];
     while let Some(dir) = dirs.pop() {
@@ -172,7 +172,7 @@ pub fn pages(book: &Path) -> Vec<PathBuf> {
 
 /// Every page of `book`, in every theme, two Chromiums at a time; findings as
 /// `page (theme): finding`.
-pub fn audit_book(chromium: &str, book: &Path) -> Vec<String> {
+pub(crate) fn audit_book(chromium: &str, book: &Path) -> Vec<String> {
     let jobs: Vec<(PathBuf, &str)> = pages(book)
         .into_iter()
         .flat_map(|p| THEMES.map(|t| (p.clone(), t)))

@@ -1,0 +1,163 @@
+//! Stage 2, build: the book's cells compiled as one crate, and the ones asked for run in one
+//! child process.
+
+use crate::compile::{CellCrate, CellSource, LineMap};
+use crate::config::Config;
+use crate::error::Error;
+use crate::execute;
+use crate::outcome::{FailureKind, Outcome, Stored};
+use crate::plan::{Plan, PlannedCell};
+use crate::types::Document;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Each run cell's outcome and how long it ran, by module.
+pub(crate) type Ran = HashMap<String, (Stored, Duration)>;
+
+/// The cell crate, compiled.
+pub(crate) struct Build {
+    krate: CellCrate,
+    /// The cells' binary, unless the crate as a whole failed.
+    binary: Option<PathBuf>,
+    /// Each cell that did not compile, by module, with why.
+    failures: HashMap<String, Stored>,
+    /// The compile errors found in chapters' preludes, by chapter.
+    pub(crate) prelude_errors: HashMap<usize, String>,
+    /// How long compiling took.
+    pub(crate) compile_time: Duration,
+}
+
+/// Compiles every runnable cell of the book as one crate (so its module set is stable between
+/// builds), except those whose cached outcome is a compile failure (they would fail again).
+/// `wanted` are the cells this build needs an outcome for: their compile errors are read.
+/// `with_gpu`: the GPU cells' dependencies are in the crate.
+pub(crate) fn compile(
+    root: &Path,
+    config: &Config,
+    docs: &[Document],
+    plan: &Plan,
+    cached_compile_failure: impl Fn(&PlannedCell) -> bool,
+    wanted: &[&PlannedCell],
+    with_gpu: bool,
+) -> Result<Build, Error> {
+    let cache_dir = root.join(&config.cache_dir);
+    let sources: Vec<CellSource> = plan
+        .cells
+        .iter()
+        .filter(|f| f.key.is_some() && !cached_compile_failure(f))
+        .map(|f| {
+            let c = plan.block(f);
+            CellSource {
+                module: f.module.clone(),
+                chapter: docs[f.doc].source.clone(),
+                prelude: plan.preludes[f.doc].clone(),
+                code: c.code.clone(),
+                code_line: c.code_line,
+                last_line: c.last_code_line(),
+            }
+        })
+        .collect();
+    let crate_dir = cache_dir.join("crate");
+    let krate = CellCrate::write(
+        &crate_dir,
+        &cache_dir.join("target"),
+        &cell_crate_dependencies(root, config, with_gpu),
+        &config.profile,
+        &sources,
+        Some(&root.join("Cargo.lock")),
+    )
+    .map_err(|source| Error::Crate {
+        path: crate_dir.clone(),
+        source,
+    })?;
+    let started = Instant::now();
+    let compiled = krate.compile();
+    let compile_time = started.elapsed();
+
+    let mut failures = HashMap::new();
+    let mut prelude_errors = HashMap::new();
+    for f in wanted {
+        let failure = if let Some(global) = &compiled.global {
+            Outcome::failed(FailureKind::Build, global.clone())
+        } else if let Some(diags) = compiled.errors.get(&f.module) {
+            let (in_prelude, in_cell): (Vec<_>, Vec<_>) = diags.iter().partition(|d| d.in_prelude);
+            if !in_prelude.is_empty() {
+                let text: Vec<&str> = in_prelude.iter().map(|d| d.rendered.as_str()).collect();
+                prelude_errors.insert(f.doc, text.join("\n\n"));
+            }
+            let text: Vec<&str> = if in_cell.is_empty() {
+                vec!["this chapter's prelude did not compile (its error is shown there)"]
+            } else {
+                in_cell.iter().map(|d| d.rendered.as_str()).collect()
+            };
+            Outcome::failed(FailureKind::Compile, text.join("\n\n"))
+        } else {
+            continue;
+        };
+        failures.insert(f.module.clone(), Stored::of(failure));
+    }
+    Ok(Build {
+        krate,
+        binary: compiled.binary,
+        failures,
+        prelude_errors,
+        compile_time,
+    })
+}
+
+impl Build {
+    /// Why `cell` did not compile, if it did not.
+    pub(crate) fn failure(&self, cell: &PlannedCell) -> Option<&Stored> {
+        self.failures.get(&cell.module)
+    }
+
+    /// The compiled cells' binary.
+    pub(crate) fn binary(&self) -> Option<&Path> {
+        self.binary.as_deref()
+    }
+
+    /// Where the lines of `modules` came from, to place a panic in its chapter.
+    pub(crate) fn line_maps<'a>(
+        &self,
+        modules: impl Iterator<Item = &'a str>,
+    ) -> BTreeMap<String, LineMap> {
+        modules
+            .filter_map(|m| Some((m.to_string(), self.krate.line_maps().get(m)?.clone())))
+            .collect()
+    }
+
+    /// Runs `jobs` (cells that compiled) from the book's root: each one's outcome and how long
+    /// it ran, by module, and how long they all took.
+    pub(crate) fn run(
+        &self,
+        root: &Path,
+        config: &Config,
+        jobs: &[execute::Job],
+    ) -> Result<(Ran, Duration), Error> {
+        let (Some(binary), false) = (&self.binary, jobs.is_empty()) else {
+            return Ok((HashMap::new(), Duration::ZERO));
+        };
+        let started = Instant::now();
+        let results = root.join(&config.cache_dir).join("results");
+        let ran = execute::run_all(binary, root, &results, jobs, config.output_limit)
+            .map_err(Error::Run)?;
+        let outcomes = ran
+            .into_iter()
+            .map(|(module, ran)| {
+                let elapsed = ran.elapsed;
+                let stored = ran.into_stored(|m| self.krate.map_panic_location(m));
+                (module, (stored, elapsed))
+            })
+            .collect();
+        Ok((outcomes, started.elapsed()))
+    }
+}
+
+/// The book's dependencies plus `cell-output`, which every cell crate needs.
+fn cell_crate_dependencies(root: &Path, config: &Config, gpu: bool) -> toml::Table {
+    let mut deps = config.absolute_dependencies(root, gpu);
+    deps.entry("cell-output")
+        .or_insert_with(|| env!("CARGO_PKG_VERSION").into());
+    deps
+}

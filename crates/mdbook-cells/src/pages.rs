@@ -1,0 +1,74 @@
+//! Stage 4, pages: each chapter rewritten from its plan and its cells' resolutions — prose with
+//! its references resolved, cells with their code and outcome. Pure: no files, no processes.
+
+use crate::parse::Segment;
+use crate::plan::Plan;
+use crate::render;
+use crate::resolve::Resolution;
+use crate::types::{Document, Problem};
+
+/// Rewrites every chapter's content; returns the problems met, chapter by chapter, in the order
+/// a reader meets them.
+pub(crate) fn render_pages(
+    docs: &mut [Document],
+    plan: &Plan,
+    resolved: &[Resolution],
+    fold_code_over: usize,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut cells = plan.cells.iter().zip(resolved);
+    for (d, segments) in plan.chapters.iter().enumerate() {
+        let doc = &docs[d];
+        for m in &plan.misplaced[d] {
+            problems.push(Problem {
+                file: doc.source.clone(),
+                line: m.line,
+                reason: m.message.clone(),
+            });
+        }
+        let mut page = String::with_capacity(doc.content.len());
+        let mut line = 0;
+        for seg in segments {
+            match seg {
+                Segment::Prose(text) => {
+                    let (text, unknown) = render::references(text, &plan.labels, &doc.html_path);
+                    for (id, at) in unknown {
+                        problems.push(Problem {
+                            file: doc.source.clone(),
+                            line: line + at + 1,
+                            reason: format!("reference to unknown id `@{id}`"),
+                        });
+                    }
+                    page.push_str(&text);
+                    line += text_lines(seg);
+                }
+                Segment::Cell(c) => {
+                    let (planned, resolution) = cells.next().expect("one plan entry per cell");
+                    debug_assert_eq!(
+                        (planned.doc, c.fence_line),
+                        (d, plan.block(planned).fence_line)
+                    );
+                    problems.extend(resolution.problems.iter().cloned());
+                    let fold = c
+                        .options
+                        .fold_code
+                        .unwrap_or(c.code.lines().count() > fold_code_over);
+                    let label = planned.label.as_ref();
+                    page.push_str(&render::cell(c, &resolution.shown, label, fold));
+                    line += text_lines(seg);
+                }
+            }
+        }
+        docs[d].content = page;
+    }
+    problems
+}
+
+/// The chapter lines a segment takes.
+fn text_lines(segment: &Segment) -> usize {
+    match segment {
+        Segment::Prose(p) => p.lines().count(),
+        // A cell's lines: fence, body, closing fence.
+        Segment::Cell(c) => c.code.lines().count() + (c.code_line - c.fence_line) + 1,
+    }
+}

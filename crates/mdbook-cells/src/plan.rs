@@ -1,0 +1,344 @@
+//! Stage 1, plan: every chapter parsed, each chapter's prelude found, every figure and table
+//! numbered, and every runnable cell keyed by a hash of everything its output depends on.
+
+use crate::config::Config;
+use crate::freeze;
+use crate::key::KeyHasher;
+use crate::parse::{self, CellBlock, OptionError, Segment};
+use crate::render::{self, Label, Labels};
+use crate::types::Document;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Bumped whenever the generated code or the stored format changes meaning.
+const ENGINE: &str = concat!("mdbook-cells ", env!("CARGO_PKG_VERSION"), " wire 3");
+
+/// A cell found in the book, with what it needs to be run and shown.
+pub(crate) struct PlannedCell {
+    /// Its chapter, as an index into the build's documents.
+    pub(crate) doc: usize,
+    /// Its segment in the chapter.
+    pub(crate) segment: usize,
+    /// Its module in the generated crate.
+    pub(crate) module: String,
+    /// The cache key; `None` for cells that are not compiled (preludes, bad options, GPU cells
+    /// in a build that neither runs nor bundles them).
+    pub(crate) key: Option<String>,
+    /// A GPU cell's freeze file and the hash its freeze must carry to be current.
+    pub(crate) freeze: Option<FreezeAt>,
+    /// Its figure or table label, unless it has no id or another cell took it first.
+    pub(crate) label: Option<Label>,
+    /// What is wrong with it before it runs (its options, a second prelude, a taken id).
+    pub(crate) errors: Vec<String>,
+}
+
+/// Where a GPU cell's freeze is, and the hash of its inputs a current freeze carries.
+#[derive(Debug, Clone)]
+pub(crate) struct FreezeAt {
+    pub(crate) path: PathBuf,
+    pub(crate) source: String,
+}
+
+/// Every chapter parsed and every cell planned.
+pub(crate) struct Plan {
+    /// Each chapter's segments: prose and cells.
+    pub(crate) chapters: Vec<Vec<Segment>>,
+    /// Cells where they cannot run (in a list, a blockquote), by chapter.
+    pub(crate) misplaced: Vec<Vec<OptionError>>,
+    /// Each chapter's prelude code and its first line.
+    pub(crate) preludes: Vec<Option<(String, usize)>>,
+    /// Every cell of the book, in book order.
+    pub(crate) cells: Vec<PlannedCell>,
+    /// Every figure and table, by id.
+    pub(crate) labels: Labels,
+}
+
+impl Plan {
+    /// The parsed cell a planned one stands for.
+    pub(crate) fn block(&self, cell: &PlannedCell) -> &CellBlock {
+        match &self.chapters[cell.doc][cell.segment] {
+            Segment::Cell(c) => c,
+            Segment::Prose(_) => unreachable!("planned cells point at cells"),
+        }
+    }
+}
+
+/// Plans the build; `gpu_compiled`: GPU cells are compiled too (to run here or to be bundled).
+pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> Plan {
+    let (chapters, misplaced): (Vec<Vec<Segment>>, Vec<Vec<OptionError>>) = docs
+        .iter()
+        .map(|d| {
+            let chapter = parse::split(&d.content);
+            (chapter.segments, chapter.misplaced)
+        })
+        .unzip();
+    let mut errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
+    let preludes = find_preludes(&chapters, &mut errors);
+    let (labels, mut label_of) = number_labels(docs, &chapters, &mut errors);
+
+    // When GPU cells are compiled, every cell is compiled with their dependencies too: a CPU
+    // cell that only compiles with them must not leave a cached success for CPU builds.
+    let environment = environment_key(root, config);
+    let environment = if gpu_compiled {
+        gpu_environment_key(root, config, &environment)
+    } else {
+        environment
+    };
+    let mut cells = Vec::new();
+    for (d, segments) in chapters.iter().enumerate() {
+        let mut gpu_cells = 0;
+        for (s, seg) in segments.iter().enumerate() {
+            let Segment::Cell(c) = seg else { continue };
+            let mut cell_errors: Vec<String> =
+                c.option_errors.iter().map(|e| e.to_string()).collect();
+            cell_errors.extend(errors.remove(&(d, s)).unwrap_or_default());
+            let valid = !c.options.prelude && cell_errors.is_empty();
+            let inputs = valid.then(|| inputs_key(root, preludes[d].as_ref(), c));
+            let freeze = inputs.as_ref().filter(|_| c.options.gpu).map(|inputs| {
+                gpu_cells += 1;
+                FreezeAt {
+                    path: freeze::path(root, &config.freeze_dir, &docs[d].source, gpu_cells),
+                    source: inputs.clone(),
+                }
+            });
+            let runnable = !c.options.gpu || gpu_compiled;
+            let key = inputs.filter(|_| runnable).map(|inputs| {
+                let mut h = environment.clone();
+                h.part("cell", inputs.as_bytes());
+                h.finish()
+            });
+            cells.push(PlannedCell {
+                doc: d,
+                segment: s,
+                module: module_name(&docs[d].source, s),
+                key,
+                freeze,
+                label: label_of.remove(&(d, s)),
+                errors: cell_errors,
+            });
+        }
+    }
+    Plan {
+        chapters,
+        misplaced,
+        preludes,
+        cells,
+        labels,
+    }
+}
+
+/// Each chapter's one prelude; a second is an error on its cell.
+fn find_preludes(
+    chapters: &[Vec<Segment>],
+    errors: &mut HashMap<(usize, usize), Vec<String>>,
+) -> Vec<Option<(String, usize)>> {
+    let mut preludes = vec![None; chapters.len()];
+    for (d, segments) in chapters.iter().enumerate() {
+        for (s, seg) in segments.iter().enumerate() {
+            let Segment::Cell(c) = seg else { continue };
+            if !c.options.prelude {
+                continue;
+            }
+            if preludes[d].is_some() {
+                errors
+                    .entry((d, s))
+                    .or_default()
+                    .push("a chapter has one prelude cell; merge them".into());
+            } else {
+                preludes[d] = Some((c.code.clone(), c.code_line));
+            }
+        }
+    }
+    preludes
+}
+
+/// Numbers every figure and table by chapter. The first cell to take an id keeps it:
+/// references lead there, and a duplicate is an error on its cell, with no anchor or number.
+fn number_labels(
+    docs: &[Document],
+    chapters: &[Vec<Segment>],
+    errors: &mut HashMap<(usize, usize), Vec<String>>,
+) -> (Labels, HashMap<(usize, usize), Label>) {
+    let mut labels = Labels::new();
+    let mut label_of = HashMap::new();
+    for (d, segments) in chapters.iter().enumerate() {
+        let mut counts = HashMap::new();
+        for (s, seg) in segments.iter().enumerate() {
+            let Segment::Cell(c) = seg else { continue };
+            let Some(id) = &c.options.id else { continue };
+            if let Some(first) = labels.get(id) {
+                errors.entry((d, s)).or_default().push(format!(
+                    "id `{id}` is already used by {} ({})",
+                    first.name, first.html_path
+                ));
+                continue;
+            }
+            let n = counts.entry(&id[..4]).or_insert(0);
+            *n += 1;
+            let label = Label {
+                id: id.clone(),
+                name: render::label_name(id, docs[d].number.as_deref(), *n),
+                html_path: docs[d].html_path.clone(),
+            };
+            labels.insert(id.clone(), label.clone());
+            label_of.insert((d, s), label);
+        }
+    }
+    (labels, label_of)
+}
+
+/// What a cell's run depends on in the book itself: its prelude, code, the options that change
+/// a run (captions, ids and hide-… are free) and the files it reads. This is also what a GPU
+/// cell's freeze records (no toolchain, no dependencies).
+fn inputs_key(root: &Path, prelude: Option<&(String, usize)>, c: &CellBlock) -> String {
+    let mut h = KeyHasher::default();
+    if let Some((p, _)) = prelude {
+        h.part("prelude", p.as_bytes());
+    }
+    h.part("code", c.code.as_bytes())
+        .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())
+        .part("expect-fail", &[u8::from(c.options.expect_fail)]);
+    for read in &c.options.reads {
+        h.tree(root, Path::new(read));
+    }
+    h.finish()
+}
+
+/// A module name unique in the book and stable while the chapter's cells keep their order. The
+/// readable stem loses case and punctuation (`a-b.md` and `a_b.md` share it), so a hash of the
+/// exact path keeps two chapters apart.
+fn module_name(source: &str, segment: usize) -> String {
+    let path = KeyHasher::default()
+        .part("chapter", source.as_bytes())
+        .finish();
+    let stem: String = source
+        .trim_start_matches("src/")
+        .trim_end_matches(".md")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("c_{stem}_{}_{segment}", &path[..8])
+}
+
+/// Everything every cell's output depends on besides its own code.
+fn environment_key(root: &Path, config: &Config) -> KeyHasher {
+    let mut h = KeyHasher::default();
+    h.part("engine", ENGINE.as_bytes());
+    h.part("rustc", toolchain(root).as_bytes());
+    h.part(
+        "dependencies",
+        toml::to_string(&config.dependencies)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    h.part(
+        "lockfile",
+        &std::fs::read(root.join("Cargo.lock")).unwrap_or_default(),
+    );
+    for dir in config.path_dependencies(root) {
+        h.tree(root, &dir);
+    }
+    for input in &config.inputs {
+        h.tree(root, input);
+    }
+    h
+}
+
+/// The environment of a build that compiles GPU cells: the CPU cells' and the GPU cells' own
+/// dependencies.
+fn gpu_environment_key(root: &Path, config: &Config, environment: &KeyHasher) -> KeyHasher {
+    let mut h = environment.clone();
+    h.part(
+        "gpu-dependencies",
+        toml::to_string(&config.gpu_dependencies)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    for dir in config.gpu_path_dependencies(root) {
+        h.tree(root, &dir);
+    }
+    h
+}
+
+/// The compiler the cells are built with. A toolchain file that pins an exact version names it
+/// (no process to spawn: that is a third of a fully cached rebuild); otherwise `rustc -vV`.
+fn toolchain(root: &Path) -> String {
+    let pinned = root.ancestors().find_map(|dir| {
+        let text = std::fs::read_to_string(dir.join("rust-toolchain.toml"))
+            .or_else(|_| std::fs::read_to_string(dir.join("rust-toolchain")))
+            .ok()?;
+        let table: toml::Table = toml::from_str(&text).ok()?;
+        let channel = table
+            .get("toolchain")?
+            .get("channel")?
+            .as_str()?
+            .to_string();
+        channel
+            .starts_with(|c: char| c.is_ascii_digit())
+            .then(|| format!("pinned {channel}"))
+    });
+    // rustup sets RUSTUP_TOOLCHAIN for processes it starts; another toolchain there wins.
+    let overridden = std::env::var("RUSTUP_TOOLCHAIN").is_ok_and(|t| {
+        pinned
+            .as_ref()
+            .is_none_or(|p| !t.starts_with(&p["pinned ".len()..]))
+    });
+    if let (Some(pinned), false) = (pinned, overridden) {
+        return pinned;
+    }
+    std::process::Command::new("rustc")
+        .arg("-vV")
+        .current_dir(root)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn a_pinned_toolchain_needs_no_rustc_call() {
+        let dir = std::env::temp_dir().join(format!("cells-toolchain-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("book")).unwrap();
+        std::fs::write(
+            dir.join("rust-toolchain.toml"),
+            "[toolchain]\nchannel = \"1.95.0\"\n",
+        )
+        .unwrap();
+        if std::env::var("RUSTUP_TOOLCHAIN").map_or(true, |t| t.starts_with("1.95.0")) {
+            assert_eq!(toolchain(&dir.join("book")), "pinned 1.95.0");
+        }
+        std::fs::write(
+            dir.join("rust-toolchain.toml"),
+            "[toolchain]\nchannel = \"stable\"\n",
+        )
+        .unwrap();
+        assert!(
+            toolchain(&dir.join("book")).contains("rustc"),
+            "falls back to rustc -vV"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn module_names_are_identifiers_unique_per_chapter() {
+        let name = module_name("src/part-1/the verdict.md", 3);
+        assert!(name.starts_with("c_part_1_the_verdict_"), "{name}");
+        assert!(name.ends_with("_3"));
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        let names: HashSet<String> = ["a-b.md", "a_b.md", "A_b.md", "sub/more.md", "sub_more.md"]
+            .iter()
+            .map(|c| module_name(&format!("src/{c}"), 1))
+            .collect();
+        assert_eq!(names.len(), 5, "{names:?}");
+    }
+}

@@ -1,0 +1,130 @@
+//! What goes into a build and what comes out of it: chapters, problems, and the report.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The longest a cell may be given (a day): a timeout is a bound on a hang, and a larger one
+/// would overflow the clock's arithmetic long before it meant anything.
+pub const MAX_TIMEOUT_S: u64 = 24 * 60 * 60;
+
+/// A chapter as [`crate::process`] sees it.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The chapter's file as messages name it (`src/intro.md`).
+    pub source: String,
+    /// The page it becomes (`part-1/intro.html`), for links between chapters.
+    pub html_path: String,
+    /// Its section number (`"2.1."`), used in figure and table labels.
+    pub number: Option<String>,
+    /// Its markdown: cells in, cells with their outputs out.
+    pub content: String,
+}
+
+/// A failure strict mode refuses: `chapter.md:LINE: cell failed: reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The chapter's file (or a freeze file), as messages name it.
+    pub file: String,
+    /// 1-based; 0 when the problem is the file's as a whole.
+    pub line: usize,
+    /// What is wrong, in one line where possible.
+    pub reason: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: cell failed: {}",
+            self.file, self.line, self.reason
+        )
+    }
+}
+
+/// Where the outcome a page shows for a cell came from, in this build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Compiled and run now, taking this long.
+    Ran(Duration),
+    /// Compiled now and not run: it did not compile, or it went into a GPU bundle.
+    Compiled,
+    /// Taken from the output cache.
+    Cached,
+    /// A GPU cell's output recorded earlier on a GPU.
+    Frozen {
+        /// The GPU, as `nvidia-smi` named it.
+        gpu: String,
+        /// When (UTC).
+        date: String,
+        /// The command that ran it.
+        command: String,
+        /// The cell or its inputs changed since.
+        stale: bool,
+    },
+    /// A GPU cell with no recorded output to show.
+    NeverFrozen,
+    /// Not a cell that runs: a prelude, or a cell whose options are wrong.
+    NotRun,
+}
+
+/// How a cell ended up, as its page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// It shows its value (or nothing, for a prelude).
+    Ok,
+    /// It failed, as its `expect-fail` says it should.
+    ExpectedFailure,
+    /// It failed, or shows a note instead of output: the label says how.
+    Failed(String),
+}
+
+/// One cell of the book, as the build saw it (the execution report's row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellEntry {
+    /// The chapter's file.
+    pub chapter: String,
+    /// The cell's opening fence line.
+    pub line: usize,
+    /// Its `id`, if it has one.
+    pub id: Option<String>,
+    /// A GPU cell.
+    pub gpu: bool,
+    /// Where its outcome came from.
+    pub source: Source,
+    /// How it ended up.
+    pub status: Status,
+}
+
+/// What a build did.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Every unexpected failure, at its chapter line.
+    pub problems: Vec<Problem>,
+    /// Cells this build ran or took from the cache (bundled GPU cells run elsewhere).
+    pub cells: usize,
+    /// Of those, taken from the cache.
+    pub cached: usize,
+    /// Of those, run.
+    pub ran: usize,
+    /// Compiling the cell crate (all cells at once).
+    pub compile_time: Duration,
+    /// Running the cells that ran.
+    pub run_time: Duration,
+    /// Every cell of the book, in book order.
+    pub entries: Vec<CellEntry>,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} cells: {} cached, {} ran (compile {:.1} s, run {:.1} s), {} problem(s)",
+            self.cells,
+            self.cached,
+            self.ran,
+            self.compile_time.as_secs_f64(),
+            self.run_time.as_secs_f64(),
+            self.problems.len()
+        )
+    }
+}
