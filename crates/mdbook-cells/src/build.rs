@@ -22,8 +22,9 @@ pub(crate) struct Build {
     binary: Option<PathBuf>,
     /// Each cell that did not compile, by module, with why.
     failures: HashMap<String, Stored>,
-    /// The compile errors found in chapters' preludes, by chapter.
-    pub(crate) prelude_errors: HashMap<usize, String>,
+    /// The compile errors found in what a chapter's cells share (parameters, prelude), by
+    /// chapter: each one's chapter line and text.
+    pub(crate) prelude_errors: HashMap<usize, Vec<(usize, String)>>,
     /// How long compiling took.
     pub(crate) compile_time: Duration,
 }
@@ -83,8 +84,8 @@ pub(crate) fn compile(
         } else if let Some(diags) = compiled.errors.get(&f.module) {
             let (in_prelude, in_cell): (Vec<_>, Vec<_>) = diags.iter().partition(|d| d.in_prelude);
             if !in_prelude.is_empty() {
-                let text: Vec<&str> = in_prelude.iter().map(|d| d.rendered.as_str()).collect();
-                prelude_errors.insert(f.doc, text.join("\n\n"));
+                let errors = in_prelude.iter().map(|d| (d.line, d.rendered.clone()));
+                prelude_errors.insert(f.doc, errors.collect());
             }
             let text: Vec<&str> = if in_cell.is_empty() {
                 vec!["this chapter's prelude did not compile (its error is shown there)"]

@@ -3,10 +3,31 @@
 //! `mdbook build` running at once take turns instead of corrupting each other.
 
 use crate::outcome::Stored;
+use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One cached outcome, and how long the run that made it took (for the execution report).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// What the cell produced.
+    #[serde(flatten)]
+    pub stored: Stored,
+    /// The run's wall time, in milliseconds (absent in entries of older engines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran_ms: Option<u64>,
+}
+
+impl Entry {
+    /// An outcome and the time its run took.
+    pub fn new(stored: Stored, ran: Duration) -> Entry {
+        let ran_ms = Some(u64::try_from(ran.as_millis()).unwrap_or(u64::MAX));
+        Entry { stored, ran_ms }
+    }
+}
 
 /// The output cache: a locked folder of entries.
 pub struct Cache {
@@ -33,11 +54,11 @@ impl Cache {
 
     /// The stored output, if present, whole and of a known kind (parsing checks it); any other
     /// entry is removed (and its cell run again).
-    pub fn get(&self, key: &str) -> Option<Stored> {
+    pub fn get(&self, key: &str) -> Option<Entry> {
         let path = self.path(key);
         let bytes = std::fs::read(&path).ok()?;
-        match serde_json::from_slice::<Stored>(&bytes) {
-            Ok(stored) => Some(stored),
+        match serde_json::from_slice::<Entry>(&bytes) {
+            Ok(entry) => Some(entry),
             Err(_) => {
                 let _ = std::fs::remove_file(&path);
                 None
@@ -46,13 +67,13 @@ impl Cache {
     }
 
     /// Stores atomically: a reader sees the old entry, the new one, or none, never half.
-    pub fn put(&self, key: &str, stored: &Stored) -> std::io::Result<()> {
+    pub fn put(&self, key: &str, entry: &Entry) -> std::io::Result<()> {
         // A cell may have deleted the folder while it ran (it is blamed for that); the
         // outputs of the others are still worth keeping.
         std::fs::create_dir_all(&self.outputs)?;
         let tmp = self.outputs.join(format!("{key}.tmp"));
         let mut file = File::create(&tmp)?;
-        file.write_all(&serde_json::to_vec(stored)?)?;
+        file.write_all(&serde_json::to_vec(entry)?)?;
         file.sync_data()?;
         std::fs::rename(tmp, self.path(key))
     }
@@ -83,11 +104,12 @@ mod tests {
 
     use crate::outcome::{Outcome, OutputKind};
 
-    fn stored(body: &str) -> Stored {
-        Stored::of(Outcome::Value {
+    fn stored(body: &str) -> Entry {
+        let stored = Stored::of(Outcome::Value {
             kind: OutputKind::Text,
             body: body.into(),
-        })
+        });
+        Entry::new(stored, Duration::from_millis(1500))
     }
 
     #[test]
@@ -98,6 +120,11 @@ mod tests {
         cache.put("aa", &stored("one")).unwrap();
         cache.put("bb", &stored("two")).unwrap();
         assert_eq!(cache.get("aa"), Some(stored("one")));
+        assert_eq!(cache.get("aa").unwrap().ran_ms, Some(1500));
+        // An entry of an engine that kept no time still reads.
+        let old = r#"{"stdout":"","stderr":"","kind":"text","body":"x"}"#;
+        std::fs::write(dir.join("outputs/old.json"), old).unwrap();
+        assert_eq!(cache.get("old").unwrap().ran_ms, None);
         // A truncated entry is discarded, not trusted.
         std::fs::write(dir.join("outputs/bb.json"), "{\"stdout\": \"").unwrap();
         assert_eq!(cache.get("bb"), None);
@@ -108,7 +135,7 @@ mod tests {
         assert_eq!(cache.get("bb"), None);
         cache.put("cc", &stored("three")).unwrap();
         let removed = cache.retain(&HashSet::from(["cc".to_string()])).unwrap();
-        assert_eq!(removed, 1);
+        assert_eq!(removed, 2, "aa and old");
         assert_eq!(cache.get("aa"), None);
         assert_eq!(cache.get("cc"), Some(stored("three")));
         drop(cache);

@@ -62,6 +62,10 @@ pub struct Config {
     /// path dependencies are always included.
     #[serde(default)]
     pub inputs: Vec<PathBuf>,
+    /// Values for chapters' parameters, by name (`SEED = 3`), for every build of the book;
+    /// `MDBOOK_CELLS_PARAM_<NAME>` overrides one for a build.
+    #[serde(default)]
+    pub parameters: toml::Table,
     /// Keys that belong to mdbook itself (`command`, `after`, …) or that we don't know.
     #[serde(flatten)]
     pub other: BTreeMap<String, toml::Value>,
@@ -97,6 +101,7 @@ const KNOWN: &[&str] = &[
     "gpu-dependencies",
     "gpu-bundle",
     "profile",
+    "parameters",
 ];
 const MDBOOK_KEYS: &[&str] = &["command", "before", "after", "renderers", "optional"];
 
@@ -116,6 +121,7 @@ impl Default for Config {
             gpu_dependencies: toml::Table::new(),
             gpu_bundle: None,
             profile: toml::Table::new(),
+            parameters: toml::Table::new(),
             other: BTreeMap::new(),
         }
     }

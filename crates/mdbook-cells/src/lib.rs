@@ -26,9 +26,12 @@ pub mod render;
 pub mod types;
 
 mod build;
+mod directive;
 mod gpu;
 mod pages;
+mod params;
 mod plan;
+mod report;
 mod resolve;
 
 pub use error::Error;
@@ -65,14 +68,15 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             },
         })
         .collect();
-    let mut problems = resolved.problems;
+    let mut problems = plan.problems.clone();
+    problems.extend(resolved.problems);
     problems.extend(pages::render_pages(
         docs,
         &plan,
         &resolved.cells,
         config.fold_code_over,
     ));
-    Ok(Report {
+    let report = Report {
         problems,
         cells: resolved.cells_run_or_cached,
         cached: resolved.cached,
@@ -80,7 +84,15 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         compile_time: resolved.compile_time,
         run_time: resolved.run_time,
         entries,
-    })
+    };
+    // Last: the report page shows every problem, its own pages' included.
+    for d in 0..docs.len() {
+        if docs[d].content.contains(pages::REPORT_MARK) {
+            let html = report::render(&report, docs, &docs[d].html_path);
+            docs[d].content = docs[d].content.replace(pages::REPORT_MARK, &html);
+        }
+    }
+    Ok(report)
 }
 
 /// The mdbook side: reads `[preprocessor.cells]`, runs [`process`] over the book's chapters.
@@ -109,6 +121,7 @@ impl mdbook_preprocessor::Preprocessor for Cells {
                     source: src.join(path).display().to_string(),
                     html_path: path.with_extension("html").display().to_string(),
                     number: ch.number.as_ref().map(|n| n.to_string()),
+                    title: ch.name.clone(),
                     content: std::mem::take(&mut ch.content),
                 });
             }

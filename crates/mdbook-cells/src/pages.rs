@@ -1,11 +1,17 @@
 //! Stage 4, pages: each chapter rewritten from its plan and its cells' resolutions — prose with
 //! its references resolved, cells with their code and outcome. Pure: no files, no processes.
 
+use crate::directive::{self, Directive};
 use crate::parse::Segment;
 use crate::plan::Plan;
-use crate::render;
+use crate::render::{self, Shown};
 use crate::resolve::Resolution;
 use crate::types::{Document, Problem};
+use std::collections::HashMap;
+
+/// Where `{{#cell-report}}` stood: replaced once the whole build's report is known (see
+/// [`crate::process`]). A private-use character, which no chapter or cell output holds.
+pub(crate) const REPORT_MARK: &str = "\u{E000}cell-report\u{E000}";
 
 /// Rewrites every chapter's content; returns the problems met, chapter by chapter, in the order
 /// a reader meets them.
@@ -16,6 +22,17 @@ pub(crate) fn render_pages(
     fold_code_over: usize,
 ) -> Vec<Problem> {
     let mut problems = Vec::new();
+    // What `{{#cell ID}}` places: the labelled cell's output and caption.
+    let embeddable: HashMap<&str, (&Shown, Option<&str>)> = plan
+        .cells
+        .iter()
+        .zip(resolved)
+        .filter_map(|(f, r)| {
+            let label = f.label.as_ref()?;
+            let caption = plan.block(f).options.caption.as_deref();
+            Some((label.id.as_str(), (&r.shown, caption)))
+        })
+        .collect();
     let mut cells = plan.cells.iter().zip(resolved);
     for (d, segments) in plan.chapters.iter().enumerate() {
         let doc = &docs[d];
@@ -39,6 +56,24 @@ pub(crate) fn render_pages(
                             reason: format!("reference to unknown id `@{id}`"),
                         });
                     }
+                    let text = directive::expand(&text, |d, at| match d {
+                        Directive::Report => REPORT_MARK.to_string(),
+                        Directive::Cell(id) => match (embeddable.get(id), plan.labels.get(id)) {
+                            (Some((shown, caption)), Some(label)) => {
+                                render::embedded(shown, *caption, label, &doc.html_path)
+                            }
+                            _ => {
+                                problems.push(Problem {
+                                    file: doc.source.clone(),
+                                    line: line + at + 1,
+                                    reason: format!(
+                                        "`{{{{#cell {id}}}}}` names no figure or table of the book"
+                                    ),
+                                });
+                                format!("**{{{{#cell {id}}}}}: no such figure or table**")
+                            }
+                        },
+                    });
                     page.push_str(&text);
                     line += text_lines(seg);
                 }

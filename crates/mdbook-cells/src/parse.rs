@@ -49,6 +49,9 @@ pub struct CellOptions {
     pub gpu: bool,
     /// Items (uses, helpers) shared by every cell of the chapter; not run itself.
     pub prelude: bool,
+    /// The chapter's parameters: `const` items a build may set (see `MDBOOK_CELLS_PARAM_…`),
+    /// shared by every cell of the chapter like the prelude; shown as the values used.
+    pub parameters: bool,
     /// Files or folders (relative to the book root) whose contents the output depends on.
     pub reads: Vec<String>,
 }
@@ -64,6 +67,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "expect-fail",
     "gpu",
     "prelude",
+    "parameters",
     "reads",
 ];
 
@@ -272,10 +276,23 @@ impl CellBlock {
                 message: "`id` needs a `caption` (the text after \"Figure N:\")".into(),
             });
         }
-        if options.prelude && (options.expect_fail || options.gpu || options.id.is_some()) {
+        for (shared, name) in [
+            (options.prelude, "prelude"),
+            (options.parameters, "parameters"),
+        ] {
+            if shared && (options.expect_fail || options.gpu || options.id.is_some()) {
+                option_errors.push(OptionError {
+                    line: fence_line,
+                    message: format!(
+                        "a `{name}` cell is not run: it takes no expect-fail, gpu or id"
+                    ),
+                });
+            }
+        }
+        if options.prelude && options.parameters {
             option_errors.push(OptionError {
                 line: fence_line,
-                message: "a `prelude` cell is not run: it takes no expect-fail, gpu or id".into(),
+                message: "a cell is the chapter's `prelude` or its `parameters`, not both".into(),
             });
         }
         CellBlock {
@@ -327,6 +344,7 @@ impl CellOptions {
             "expect-fail" => self.expect_fail = flag(value)?,
             "gpu" => self.gpu = flag(value)?,
             "prelude" => self.prelude = flag(value)?,
+            "parameters" => self.parameters = flag(value)?,
             "caption" => self.caption = Some(text(value)?),
             "id" => {
                 let id = text(value)?;

@@ -4,9 +4,10 @@
 use crate::config::Config;
 use crate::freeze;
 use crate::key::KeyHasher;
+use crate::params::{self, Overrides, Param};
 use crate::parse::{self, CellBlock, OptionError, Segment};
 use crate::render::{self, Label, Labels};
-use crate::types::Document;
+use crate::types::{Document, Problem};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +31,8 @@ pub(crate) struct PlannedCell {
     pub(crate) label: Option<Label>,
     /// What is wrong with it before it runs (its options, a second prelude, a taken id).
     pub(crate) errors: Vec<String>,
+    /// Why a cell with nothing wrong of its own is not run (its chapter's parameters are).
+    pub(crate) blocked: Option<String>,
 }
 
 /// Where a GPU cell's freeze is, and the hash of its inputs a current freeze carries.
@@ -45,8 +48,13 @@ pub(crate) struct Plan {
     pub(crate) chapters: Vec<Vec<Segment>>,
     /// Cells where they cannot run (in a list, a blockquote), by chapter.
     pub(crate) misplaced: Vec<Vec<OptionError>>,
-    /// Each chapter's prelude code and its first line.
-    pub(crate) preludes: Vec<Option<(String, usize)>>,
+    /// What each chapter's cells share, in order: its parameters (with this build's values)
+    /// and its prelude, each part's code and first line.
+    pub(crate) preludes: Vec<Vec<(String, usize)>>,
+    /// Each chapter's parameters with this build's values.
+    pub(crate) params: Vec<Vec<Param>>,
+    /// Problems of the build as a whole (a parameter set that no chapter declares).
+    pub(crate) problems: Vec<Problem>,
     /// Every cell of the book, in book order.
     pub(crate) cells: Vec<PlannedCell>,
     /// Every figure and table, by id.
@@ -73,7 +81,9 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
         })
         .unzip();
     let mut errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
-    let preludes = find_preludes(&chapters, &mut errors);
+    let overrides = Overrides::new(&config.parameters, std::env::vars());
+    let (preludes, params, broken) = find_shared(&chapters, &overrides, &mut errors);
+    let problems = unknown_parameters(&overrides, &params);
     let (labels, mut label_of) = number_labels(docs, &chapters, &mut errors);
 
     // When GPU cells are compiled, every cell is compiled with their dependencies too: a CPU
@@ -92,8 +102,14 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
             let mut cell_errors: Vec<String> =
                 c.option_errors.iter().map(|e| e.to_string()).collect();
             cell_errors.extend(errors.remove(&(d, s)).unwrap_or_default());
-            let valid = !c.options.prelude && cell_errors.is_empty();
-            let inputs = valid.then(|| inputs_key(root, preludes[d].as_ref(), c));
+            let shared = c.options.prelude || c.options.parameters;
+            let blocked = broken[d]
+                .filter(|_| !shared && cell_errors.is_empty())
+                .map(|line| {
+                    format!("this chapter's parameters (line {line}) are in error: shown there")
+                });
+            let valid = !shared && cell_errors.is_empty() && blocked.is_none();
+            let inputs = valid.then(|| inputs_key(root, &preludes[d], c));
             let freeze = inputs.as_ref().filter(|_| c.options.gpu).map(|inputs| {
                 gpu_cells += 1;
                 FreezeAt {
@@ -115,6 +131,7 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
                 freeze,
                 label: label_of.remove(&(d, s)),
                 errors: cell_errors,
+                blocked,
             });
         }
     }
@@ -122,34 +139,86 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
         chapters,
         misplaced,
         preludes,
+        params,
+        problems,
         cells,
         labels,
     }
 }
 
-/// Each chapter's one prelude; a second is an error on its cell.
-fn find_preludes(
+/// What each chapter's cells share: its one parameters cell (with this build's values) and its
+/// one prelude, in that order; a second of either, or a parameter that cannot be set, is an
+/// error on its cell. Also: each chapter's parameters cell's line, where it is in error.
+fn find_shared(
     chapters: &[Vec<Segment>],
+    overrides: &Overrides,
     errors: &mut HashMap<(usize, usize), Vec<String>>,
-) -> Vec<Option<(String, usize)>> {
-    let mut preludes = vec![None; chapters.len()];
+) -> (
+    Vec<Vec<(String, usize)>>,
+    Vec<Vec<Param>>,
+    Vec<Option<usize>>,
+) {
+    let mut shared = vec![Vec::new(); chapters.len()];
+    let mut params = vec![Vec::new(); chapters.len()];
+    let mut broken = vec![None; chapters.len()];
     for (d, segments) in chapters.iter().enumerate() {
+        let (mut parameters, mut prelude) = (None, None);
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
-            if !c.options.prelude {
+            let (slot, name) = match (c.options.parameters, c.options.prelude) {
+                (true, false) => (&mut parameters, "parameters"),
+                (false, true) => (&mut prelude, "prelude"),
+                _ => continue,
+            };
+            if slot.is_some() {
+                let why = format!("a chapter has one {name} cell; merge them");
+                errors.entry((d, s)).or_default().push(why);
                 continue;
             }
-            if preludes[d].is_some() {
-                errors
-                    .entry((d, s))
-                    .or_default()
-                    .push("a chapter has one prelude cell; merge them".into());
+            let code = if c.options.parameters {
+                let (declared, code, problems) = params::apply(&c.code, overrides);
+                params[d] = declared;
+                if !problems.is_empty() {
+                    broken[d] = Some(c.fence_line);
+                    let lines = problems
+                        .into_iter()
+                        .map(|(line, why)| format!("line {}: {why}", c.code_line + line));
+                    errors.entry((d, s)).or_default().extend(lines);
+                    continue;
+                }
+                code
             } else {
-                preludes[d] = Some((c.code.clone(), c.code_line));
-            }
+                c.code.clone()
+            };
+            *slot = Some((code, c.code_line));
         }
+        shared[d] = parameters.into_iter().chain(prelude).collect();
     }
-    preludes
+    (shared, params, broken)
+}
+
+/// A parameter set for this build that no chapter declares (a misspelt name would otherwise
+/// change nothing, silently).
+fn unknown_parameters(overrides: &Overrides, params: &[Vec<Param>]) -> Vec<Problem> {
+    let declared: Vec<&str> = params.iter().flatten().map(|p| p.name.as_str()).collect();
+    overrides
+        .names()
+        .filter(|name| !declared.contains(name))
+        .map(|name| Problem {
+            file: "book.toml".into(),
+            line: 0,
+            reason: format!(
+                "parameter `{name}` (set by book.toml or `{}`) is declared by no chapter; the \
+                 book's parameters: {}",
+                params::env_var(name),
+                if declared.is_empty() {
+                    "none".to_string()
+                } else {
+                    declared.join(", ")
+                }
+            ),
+        })
+        .collect()
 }
 
 /// Numbers every figure and table by chapter. The first cell to take an id keeps it:
@@ -190,10 +259,13 @@ fn number_labels(
 /// What a cell's run depends on in the book itself: its prelude, code, the options that change
 /// a run (captions, ids and hide-… are free) and the files it reads. This is also what a GPU
 /// cell's freeze records (no toolchain, no dependencies).
-fn inputs_key(root: &Path, prelude: Option<&(String, usize)>, c: &CellBlock) -> String {
+fn inputs_key(root: &Path, shared: &[(String, usize)], c: &CellBlock) -> String {
     let mut h = KeyHasher::default();
-    if let Some((p, _)) = prelude {
-        h.part("prelude", p.as_bytes());
+    // One part, as before parameters existed: a chapter without them keeps its keys (and its
+    // GPU cells their freezes).
+    let shared: String = shared.iter().map(|(code, _)| code.as_str()).collect();
+    if !shared.is_empty() {
+        h.part("prelude", shared.as_bytes());
     }
     h.part("code", c.code.as_bytes())
         .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())

@@ -123,6 +123,28 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>, fold: bool)
     out
 }
 
+/// A labelled cell's output placed again on another page (or further down its own) by
+/// `{{#cell ID}}`: no code, no anchor (the id stays the original's), and a caption whose label
+/// links back to the original.
+pub fn embedded(shown: &Shown, caption: Option<&str>, label: &Label, from_html: &str) -> String {
+    let depth = from_html.matches('/').count();
+    let target = if label.html_path == from_html {
+        format!("#{}", label.id)
+    } else {
+        format!("{}{}#{}", "../".repeat(depth), label.html_path, label.id)
+    };
+    let caption = format!(
+        "<span class=\"cell-label\"><a href=\"{}\">{}</a>:</span> {}",
+        escape(&target),
+        escape(&label.name),
+        caption.map(one_line).unwrap_or_default()
+    );
+    format!(
+        "\n<div class=\"cell cell-embed\">\n\n{}\n</div>\n\n",
+        shown_html(shown, Some(&caption))
+    )
+}
+
 /// The badge over a frozen output: where, when and how it was recorded, and whether it is stale.
 fn frozen_badge(badge: &str, stale: bool) -> String {
     let (class, warning) = if stale {

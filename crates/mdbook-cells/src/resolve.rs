@@ -3,16 +3,18 @@
 
 use crate::build;
 use crate::bundle::BundledCell;
-use crate::cache::Cache;
+use crate::cache::{Cache, Entry};
 use crate::config::Config;
 use crate::error::{BundleError, Error};
 use crate::execute::Job;
 use crate::gpu::GpuCells;
-use crate::outcome::{FailureKind, Outcome, Stored};
+use crate::outcome::{FailureKind, Outcome, OutputKind, Stored};
+use crate::params::Param;
 use crate::parse::CellBlock;
 use crate::plan::{Plan, PlannedCell};
 use crate::render::Shown;
 use crate::types::{Document, Problem, Source};
+use cell_output::{Align, Table};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
@@ -73,8 +75,9 @@ pub(crate) fn resolve(
         let Some(key) = &f.key else { continue };
         if gpu.bundles(f) {
             bundled.push(f);
-        } else if let Some(stored) = cache.get(key) {
-            let source = Source::Cached;
+        } else if let Some(entry) = cache.get(key) {
+            let source = Source::Cached(entry.ran_ms.map(Duration::from_millis));
+            let stored = entry.stored;
             got.insert(&f.module, Got { stored, source });
         } else {
             misses.push(f);
@@ -154,7 +157,11 @@ pub(crate) fn resolve(
             if let (Some(at), Some(got)) = (&f.freeze, &got) {
                 problems.extend(gpu.freeze_output(at, &got.stored));
             }
-            resolve_cell(f, c, chapter, got, prelude_errors.get(&f.doc), gpu)
+            let shared = Shared {
+                errors: prelude_errors.get(&f.doc).map_or(&[], Vec::as_slice),
+                params: &plan.params[f.doc],
+            };
+            resolve_cell(f, c, chapter, got, shared, gpu)
         })
         .collect();
     Ok(Resolved {
@@ -185,32 +192,63 @@ fn keep_in_cache(
             Some(kind) => plan.block(f).options.expect_fail && kind.is_deterministic(),
         };
         if keep {
-            cache.put(key, &got.stored)?;
+            let ran = match got.source {
+                Source::Ran(t) => t,
+                _ => Duration::ZERO,
+            };
+            cache.put(key, &Entry::new(got.stored.clone(), ran))?;
         }
     }
     Ok(())
 }
 
-/// One cell's resolution, from exactly one of: its errors before it ran, its prelude's compile
-/// error, its outcome in this build (cache or run), or its freeze.
+/// What a chapter's cells share, as its prelude and parameters cells show it.
+struct Shared<'a> {
+    /// Compile errors in the shared code: chapter line and text.
+    errors: &'a [(usize, String)],
+    /// The chapter's parameters with this build's values.
+    params: &'a [Param],
+}
+
+/// One cell's resolution, from exactly one of: its errors before it ran, the compile errors in
+/// its lines of the chapter's shared code, its outcome in this build (cache or run), or its
+/// freeze.
 fn resolve_cell(
     f: &PlannedCell,
     c: &CellBlock,
     chapter: &str,
     got: Option<Got>,
-    prelude_error: Option<&String>,
+    shared: Shared,
     gpu: &GpuCells,
 ) -> Resolution {
     let mut problems = Vec::new();
     let (shown, source) = if !f.errors.is_empty() {
         let shown = failed("bad cell options", f.errors.join("\n"));
         (shown, Source::NotRun)
-    } else if c.options.prelude {
-        let shown = match prelude_error {
-            Some(e) => failed("the prelude did not compile", e.clone()),
-            None => Shown::Nothing,
+    } else if let Some(why) = &f.blocked {
+        (failed("not run", why.clone()), Source::NotRun)
+    } else if c.options.prelude || c.options.parameters {
+        let lines = c.code_line..c.code_line + c.code.lines().count();
+        let errors: Vec<&str> = (shared.errors.iter())
+            .filter(|(line, _)| lines.contains(line))
+            .map(|(_, text)| text.as_str())
+            .collect();
+        let shown = if !errors.is_empty() {
+            let what = if c.options.prelude {
+                "prelude"
+            } else {
+                "parameters"
+            };
+            failed(&format!("the {what} did not compile"), errors.join("\n\n"))
+        } else if c.options.parameters {
+            Shown::Output(Stored::of(Outcome::Value {
+                kind: OutputKind::Table,
+                body: parameters_table(shared.params),
+            }))
+        } else {
+            Shown::Nothing
         };
-        (shown, Source::NotRun)
+        (shown, Source::Shared)
     } else if let Some(got) = got {
         (shown_for(c, got.stored), got.source)
     } else if let Some(at) = &f.freeze {
@@ -240,6 +278,27 @@ fn resolve_cell(
         source,
         problems,
     }
+}
+
+/// The values a chapter was built with, and what set each.
+fn parameters_table(params: &[Param]) -> String {
+    let mut table = Table::new(["parameter", "type", "default", "this build", "set by"])
+        .align([Align::Left; 5]);
+    for p in params {
+        let set_by = if p.set_by == "default" {
+            "default".to_string()
+        } else {
+            format!("`{}`", p.set_by)
+        };
+        table.push([
+            format!("`{}`", p.name),
+            format!("`{}`", p.ty),
+            format!("`{}`", p.default),
+            format!("`{}`", p.value),
+            set_by,
+        ]);
+    }
+    table.to_html()
 }
 
 fn failed(label: &str, message: String) -> Shown {

@@ -16,6 +16,8 @@ pub struct Document {
     pub html_path: String,
     /// Its section number (`"2.1."`), used in figure and table labels.
     pub number: Option<String>,
+    /// Its title, as the table of contents shows it.
+    pub title: String,
     /// Its markdown: cells in, cells with their outputs out.
     pub content: String,
 }
@@ -48,8 +50,8 @@ pub enum Source {
     Ran(Duration),
     /// Compiled now and not run: it did not compile, or it went into a GPU bundle.
     Compiled,
-    /// Taken from the output cache.
-    Cached,
+    /// Taken from the output cache; the run that made it took this long (when known).
+    Cached(Option<Duration>),
     /// A GPU cell's output recorded earlier on a GPU.
     Frozen {
         /// The GPU, as `nvidia-smi` named it.
@@ -63,7 +65,9 @@ pub enum Source {
     },
     /// A GPU cell with no recorded output to show.
     NeverFrozen,
-    /// Not a cell that runs: a prelude, or a cell whose options are wrong.
+    /// The chapter's prelude or parameters: code its cells share, not run by itself.
+    Shared,
+    /// Not run: its options are wrong, or the build could not run it.
     NotRun,
 }
 

@@ -62,6 +62,7 @@ fn documents(root: &Path) -> Vec<Document> {
                 source: format!("src/{}", rel.display()),
                 html_path: rel.with_extension("html").display().to_string(),
                 number: Some(format!("{}.", i + 1)),
+                title: rel.display().to_string(),
                 content: std::fs::read_to_string(path).unwrap(),
             }
         })
@@ -246,6 +247,7 @@ fn run_text_in(
         source: "src/inline.md".into(),
         html_path: "inline.html".into(),
         number: None,
+        title: "Inline".into(),
         content: markdown.into(),
     }];
     let report = process(&root, &config, &mut docs).unwrap();
@@ -443,6 +445,7 @@ fn a_freeze_made_in_one_checkout_is_current_in_another() {
             source: "src/gpu.md".into(),
             html_path: "gpu.html".into(),
             number: None,
+            title: "GPU".into(),
             content: chapter.into(),
         }];
         let report = process(root, &config, &mut docs).unwrap();
@@ -611,6 +614,7 @@ fn chapters_that_look_alike_and_duplicate_ids_stay_apart() {
         source: format!("src/{source}"),
         html_path: source.replace(".md", ".html"),
         number: None,
+        title: source.into(),
         content,
     };
     let mut docs = vec![
@@ -647,5 +651,113 @@ fn chapters_that_look_alike_and_duplicate_ids_stay_apart() {
         docs[1]
             .content
             .contains("See [Figure 1](a-b.html#fig-one).")
+    );
+}
+
+/// Times in the execution report change from build to build; the snapshot keeps their place.
+fn without_times(page: &str) -> String {
+    let mut out = String::with_capacity(page.len());
+    let mut rest = page;
+    while let Some(at) = rest.find(" s") {
+        let (before, after) = rest.split_at(at);
+        let digits = before.len()
+            - before
+                .trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')
+                .len();
+        let is_time = digits > 3 && before[before.len() - digits..].contains('.');
+        out.push_str(&before[..before.len() - if is_time { digits } else { 0 }]);
+        if is_time {
+            out.push_str("T");
+        }
+        out.push_str(" s");
+        rest = &after[2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Parameters with their values shown, a labelled output placed on another page, and the
+/// execution report; a build that sets a parameter reruns exactly the cells that see it.
+#[test]
+fn parameters_embedding_and_the_report_page() {
+    let (mut docs, report) = run("features", "features");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!((report.cells, report.ran, report.cached), (2, 2, 0));
+    let report_page = docs
+        .iter_mut()
+        .find(|d| d.source == "src/report.md")
+        .unwrap();
+    report_page.content = without_times(&report_page.content);
+    assert_snapshot("features", &docs);
+    let figures = &docs
+        .iter()
+        .find(|d| d.source == "src/figures.md")
+        .unwrap()
+        .content;
+    assert!(figures.contains(
+        "<td><code>&quot;hello from book.toml&quot;</code></td><td><code>book.toml</code></td>"
+    ));
+    assert!(figures.contains("hello from book.toml</pre>"));
+    let elsewhere = &docs
+        .iter()
+        .find(|d| d.source == "src/elsewhere.md")
+        .unwrap()
+        .content;
+    assert!(
+        elsewhere.contains(
+            "<a href=\"figures.html#tbl-squares\">Table 2.1</a>:</span> The first squares"
+        )
+    );
+    assert!(elsewhere.contains("<td style=\"text-align: right\">9</td>"));
+    assert!(elsewhere.contains("Written as `{{#cell tbl-squares}}`"));
+
+    // Setting a parameter: the cells of its chapter rerun, with the value shown as set.
+    let root = fixture("features");
+    let mut config = config(&root, &cache_dir("features"));
+    config.parameters.insert("ROWS".into(), 4.into());
+    let mut docs = documents(&root);
+    let report = process(&root, &config, &mut docs).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!((report.ran, report.cached), (2, 0));
+    let elsewhere = &docs[0].content;
+    assert!(
+        elsewhere.contains("<td style=\"text-align: right\">16</td>"),
+        "{elsewhere}"
+    );
+    let report_page = &docs[2].content;
+    assert!(
+        report_page
+            .contains("**3 cells** in 1 chapter: 2 ran in this build, 0 came from the cache"),
+        "{report_page}"
+    );
+    assert!(
+        docs[1]
+            .content
+            .contains("<td><code>4</code></td><td><code>book.toml</code></td>")
+    );
+
+    // A parameter no chapter declares, a bad value, an embed of nothing: each a problem.
+    config.parameters.insert("ROWZ".into(), 4.into());
+    config
+        .parameters
+        .insert("GREETING".into(), "two\nlines".into());
+    let mut docs = documents(&root);
+    docs[0].content.push_str("\n{{#cell fig-nowhere}}\n");
+    let report = process(&root, &config, &mut docs).unwrap();
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(problems.len(), 5, "{problems:#?}");
+    assert!(
+        problems[0].starts_with("book.toml:0: cell failed: parameter `ROWZ`"),
+        "{problems:#?}"
+    );
+    assert!(problems[0].contains("the book's parameters: ROWS, GREETING"));
+    assert!(problems.iter().any(|p| {
+        p.starts_with("src/elsewhere.md:9: cell failed: `{{#cell fig-nowhere}}` names no figure")
+    }));
+    assert!(problems.iter().any(|p| p.contains("src/figures.md:5: cell failed: bad cell options: line 9: book.toml sets `GREETING` to `two\\nlines`")), "{problems:#?}");
+    let blocked = "cell failed: not run: this chapter's parameters (line 5) are in error";
+    assert!(
+        problems[3..].iter().all(|p| p.contains(blocked)),
+        "{problems:#?}"
     );
 }

@@ -1,0 +1,99 @@
+//! The engine's directives in prose: `{{#cell ID}}` (a labelled cell's output, placed again)
+//! and `{{#cell-report}}` (the execution report). Text in code — between backticks, inline or
+//! fenced — is left alone, so a page can show the syntax.
+
+/// A directive found in prose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Directive<'a> {
+    /// `{{#cell ID}}`.
+    Cell(&'a str),
+    /// `{{#cell-report}}`.
+    Report,
+}
+
+const OPEN: &str = "{{#cell";
+
+/// `prose` with every directive outside code replaced by what `expand` returns for it and the
+/// 0-based line of `prose` it is on. A `{{#cell…` that is not a directive is left as written.
+pub(crate) fn expand(prose: &str, mut expand: impl FnMut(Directive, usize) -> String) -> String {
+    let mut out = String::with_capacity(prose.len());
+    let mut in_code = false;
+    let mut rest = prose;
+    let mut line = 0;
+    while let Some(pos) = rest.find(['`', '{']) {
+        let (before, at) = rest.split_at(pos);
+        out.push_str(before);
+        line += before.matches('\n').count();
+        if at.starts_with('`') {
+            let ticks = at.len() - at.trim_start_matches('`').len();
+            in_code = !in_code;
+            out.push_str(&at[..ticks]);
+            rest = &at[ticks..];
+            continue;
+        }
+        match (in_code, parse(at)) {
+            (false, Some((directive, len))) => {
+                out.push_str(&expand(directive, line));
+                rest = &at[len..];
+            }
+            _ => {
+                out.push('{');
+                rest = &at[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The directive at the start of `text` and its length in bytes.
+fn parse(text: &str) -> Option<(Directive<'_>, usize)> {
+    let inner = text.strip_prefix(OPEN)?;
+    let end = inner.find("}}")?;
+    let body = &inner[..end];
+    let len = OPEN.len() + end + 2;
+    if body == "-report" {
+        return Some((Directive::Report, len));
+    }
+    let id = body.strip_prefix(' ')?.trim();
+    let well_formed = !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    well_formed.then_some((Directive::Cell(id), len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expanded(prose: &str) -> String {
+        expand(prose, |d, line| match d {
+            Directive::Cell(id) => format!("<{id}@{line}>"),
+            Directive::Report => format!("<report@{line}>"),
+        })
+    }
+
+    #[test]
+    fn directives_expand_outside_code_only() {
+        assert_eq!(
+            expanded("a\n{{#cell fig-x}}\nb {{#cell-report}}"),
+            "a\n<fig-x@1>\nb <report@2>"
+        );
+        assert_eq!(expanded("`{{#cell fig-x}}` {x}"), "`{{#cell fig-x}}` {x}");
+        assert_eq!(
+            expanded("```md\n{{#cell fig-x}}\n```\n{{#cell tbl-y }}"),
+            "```md\n{{#cell fig-x}}\n```\n<tbl-y@3>"
+        );
+        // Not directives: left as written.
+        for text in [
+            "{{#cell}}",
+            "{{#cell Fig}}",
+            "{{#cells x}}",
+            "{{#cell fig-x",
+            "{{#include a}}",
+        ] {
+            assert_eq!(expanded(text), text);
+        }
+    }
+}
