@@ -1,7 +1,7 @@
 //! Stage 2, build: the book's cells compiled as one crate, and the ones asked for run in one
 //! child process.
 
-use crate::compile::{CellCrate, CellSource, LineMap};
+use crate::compile::{self, CellCrate, CellSource, LineMap};
 use crate::config::Config;
 use crate::error::Error;
 use crate::execute;
@@ -63,7 +63,7 @@ pub(crate) fn compile(
     let krate = CellCrate::write(
         &crate_dir,
         &cache_dir.join("target"),
-        &cell_crate_dependencies(root, config, with_gpu),
+        &compile::cell_crate_dependencies(root, config, with_gpu),
         &config.profile,
         &sources,
         Some(&root.join("Cargo.lock")),
@@ -153,12 +153,4 @@ impl Build {
             .collect();
         Ok((outcomes, started.elapsed()))
     }
-}
-
-/// The book's dependencies plus `cell-output`, which every cell crate needs.
-fn cell_crate_dependencies(root: &Path, config: &Config, gpu: bool) -> toml::Table {
-    let mut deps = config.absolute_dependencies(root, gpu);
-    deps.entry("cell-output")
-        .or_insert_with(|| env!("CARGO_PKG_VERSION").into());
-    deps
 }

@@ -168,6 +168,43 @@ impl Config {
         Ok(())
     }
 
+    /// The `[preprocessor.cells]` table of the book at `root` and the book's source folder, as
+    /// the commands that run outside mdbook (`export`, `fmt`) read them; validated.
+    pub fn of_book(root: &Path) -> Result<(Config, PathBuf), Error> {
+        let path = root.join("book.toml");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::Config(format!(
+                "cannot read {} (run from the book's root): {e}",
+                path.display()
+            ))
+        })?;
+        let book: toml::Table =
+            toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let config: Config = match book.get("preprocessor").and_then(|p| p.get("cells")) {
+            Some(cells) => cells
+                .clone()
+                .try_into()
+                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?,
+            None => Config::default(),
+        };
+        let src = book
+            .get("book")
+            .and_then(|b| b.get("src"))
+            .and_then(|s| s.as_str())
+            .unwrap_or("src");
+        config.validate(root, Path::new(src))?;
+        Ok((config, PathBuf::from(src)))
+    }
+
+    /// How the book runs this preprocessor (mdbook's `command` key), for the commands a page
+    /// names.
+    pub fn preprocessor_command(&self) -> String {
+        match self.other.get("command") {
+            Some(toml::Value::String(command)) => command.clone(),
+            _ => "mdbook-cells".to_string(),
+        }
+    }
+
     /// The folders of the path dependencies, absolute.
     pub fn path_dependencies(&self, root: &Path) -> Vec<PathBuf> {
         path_dependencies(&self.dependencies, root)

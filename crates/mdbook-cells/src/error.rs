@@ -28,6 +28,14 @@ pub enum Error {
     /// The cells' process could not be started.
     #[error("cannot run the cells: {0}")]
     Run(std::io::Error),
+    /// A chapter could not be exported as a project (see [`crate::export`]).
+    #[error("cannot export {chapter}: {reason}")]
+    Export {
+        /// The chapter asked for.
+        chapter: String,
+        /// Why.
+        reason: String,
+    },
     /// The GPU cells' bundle could not be written.
     #[error("cannot write the GPU-cell bundle: {0}")]
     Bundle(#[from] BundleError),

@@ -18,6 +18,7 @@ mod compile;
 pub mod config;
 pub mod error;
 mod execute;
+pub mod export;
 pub mod freeze;
 mod key;
 pub mod outcome;
@@ -75,6 +76,7 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         &plan,
         &resolved.cells,
         config.fold_code_over,
+        &config.preprocessor_command(),
     ));
     let report = Report {
         problems,

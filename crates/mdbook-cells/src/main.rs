@@ -1,12 +1,16 @@
-//! The `mdbook-cells` preprocessor binary: mdbook's protocol around the library, and
-//! `mdbook-cells run-bundle DIR [--gpu-name NAME]`, which runs a GPU-cell bundle on a GPU box
-//! from the book's root (see `mdbook_cells::bundle`).
+//! The `mdbook-cells` preprocessor binary: mdbook's protocol around the library, and from the
+//! book's root: `mdbook-cells run-bundle DIR [--gpu-name NAME]`, which runs a GPU-cell bundle
+//! on a GPU box (see `mdbook_cells::bundle`); `mdbook-cells export CHAPTER DIR`, which writes a
+//! chapter's cells as a cargo project (see `mdbook_cells::export`).
 
 use anyhow::Context;
 use mdbook_cells::Cells;
 use mdbook_preprocessor::Preprocessor;
 use std::io::Write;
 use std::process::ExitCode;
+
+/// A subcommand: its arguments in, its exit code out.
+type Command = fn(&[String]) -> anyhow::Result<ExitCode>;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -18,11 +22,16 @@ fn main() -> ExitCode {
             _ => ExitCode::FAILURE,
         };
     }
-    if args.first().is_some_and(|a| a == "run-bundle") {
-        return match run_bundle(&args[1..]) {
+    let command: Option<(&str, Command)> = match args.first().map(String::as_str) {
+        Some("run-bundle") => Some(("run-bundle", run_bundle)),
+        Some("export") => Some(("export", export)),
+        _ => None,
+    };
+    if let Some((name, command)) = command {
+        return match command(&args[1..]) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("mdbook-cells run-bundle: error: {e:#}");
+                eprintln!("mdbook-cells {name}: error: {e:#}");
                 ExitCode::FAILURE
             }
         };
@@ -81,4 +90,34 @@ fn run_bundle(args: &[String]) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn export(args: &[String]) -> anyhow::Result<ExitCode> {
+    const USAGE: &str = "usage: mdbook-cells export CHAPTER DIR\n\
+        Writes the cells of CHAPTER (`src/part-1/wall.md`) as a cargo project in DIR (new or \
+        empty): the chapter's prelude and parameters, the book's dependencies and lockfile. \
+        `cargo run` in DIR runs the cells from the book's root and writes their outputs under \
+        DIR/output. Run it from the book's root; set CARGO_TARGET_DIR to the book's \
+        cache-dir/target to reuse the dependencies the book already compiled.";
+    let [chapter, dir] = args else {
+        if args.len() == 1 && (args[0] == "--help" || args[0] == "-h") {
+            println!("{USAGE}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        anyhow::bail!("{USAGE}");
+    };
+    let root = std::path::Path::new(".");
+    let (config, _) = mdbook_cells::config::Config::of_book(root)?;
+    let exported = mdbook_cells::export::export(root, &config, chapter, std::path::Path::new(dir))?;
+    println!(
+        "{} cell(s) of {chapter} written to {}{}; run them: cd {} && cargo run",
+        exported.cells,
+        exported.dir.display(),
+        match exported.gpu_cells {
+            0 => String::new(),
+            n => format!(" ({n} GPU cell(s) left out: they run on a GPU box)"),
+        },
+        exported.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

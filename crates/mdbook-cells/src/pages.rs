@@ -2,6 +2,7 @@
 //! its references resolved, cells with their code and outcome. Pure: no files, no processes.
 
 use crate::directive::{self, Directive};
+use crate::export;
 use crate::parse::Segment;
 use crate::plan::Plan;
 use crate::render::{self, Shown};
@@ -20,6 +21,7 @@ pub(crate) fn render_pages(
     plan: &Plan,
     resolved: &[Resolution],
     fold_code_over: usize,
+    preprocessor: &str,
 ) -> Vec<Problem> {
     let mut problems = Vec::new();
     // What `{{#cell ID}}` places: the labelled cell's output and caption.
@@ -93,6 +95,15 @@ pub(crate) fn render_pages(
                     line += text_lines(seg);
                 }
             }
+        }
+        let runs = segments.iter().any(|s| {
+            matches!(s, Segment::Cell(c) if !(c.options.prelude || c.options.parameters || c.options.gpu))
+        });
+        if runs {
+            page.push_str(&render::export_note(&export::command(
+                preprocessor,
+                &doc.source,
+            )));
         }
         docs[d].content = page;
     }

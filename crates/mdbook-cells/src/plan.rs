@@ -82,7 +82,11 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
         .unzip();
     let mut errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
     let overrides = Overrides::new(&config.parameters, std::env::vars());
-    let (preludes, params, broken) = find_shared(&chapters, &overrides, &mut errors);
+    let Shared {
+        code: preludes,
+        params,
+        broken,
+    } = find_shared(&chapters, &overrides, &mut errors);
     let problems = unknown_parameters(&overrides, &params);
     let (labels, mut label_of) = number_labels(docs, &chapters, &mut errors);
 
@@ -146,6 +150,16 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
     }
 }
 
+/// What each chapter's cells share, by chapter.
+struct Shared {
+    /// The code: parameters (with this build's values), then prelude; each part's first line.
+    code: Vec<Vec<(String, usize)>>,
+    /// The parameters with this build's values.
+    params: Vec<Vec<Param>>,
+    /// The parameters cell's line, where it is in error.
+    broken: Vec<Option<usize>>,
+}
+
 /// What each chapter's cells share: its one parameters cell (with this build's values) and its
 /// one prelude, in that order; a second of either, or a parameter that cannot be set, is an
 /// error on its cell. Also: each chapter's parameters cell's line, where it is in error.
@@ -153,11 +167,7 @@ fn find_shared(
     chapters: &[Vec<Segment>],
     overrides: &Overrides,
     errors: &mut HashMap<(usize, usize), Vec<String>>,
-) -> (
-    Vec<Vec<(String, usize)>>,
-    Vec<Vec<Param>>,
-    Vec<Option<usize>>,
-) {
+) -> Shared {
     let mut shared = vec![Vec::new(); chapters.len()];
     let mut params = vec![Vec::new(); chapters.len()];
     let mut broken = vec![None; chapters.len()];
@@ -194,7 +204,11 @@ fn find_shared(
         }
         shared[d] = parameters.into_iter().chain(prelude).collect();
     }
-    (shared, params, broken)
+    Shared {
+        code: shared,
+        params,
+        broken,
+    }
 }
 
 /// A parameter set for this build that no chapter declares (a misspelt name would otherwise

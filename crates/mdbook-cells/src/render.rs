@@ -123,6 +123,15 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>, fold: bool)
     out
 }
 
+/// The note at the end of a chapter with cells: the command that takes them away.
+pub fn export_note(command: &str) -> String {
+    format!(
+        "\n<div class=\"cell-export\">This page's cells as a program of your own: <code>{}</code> \
+         writes them as a cargo project; <code>cargo run</code> there runs them.</div>\n",
+        escape(command)
+    )
+}
+
 /// A labelled cell's output placed again on another page (or further down its own) by
 /// `{{#cell ID}}`: no code, no anchor (the id stays the original's), and a caption whose label
 /// links back to the original.

@@ -70,7 +70,7 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
         .iter()
         .filter_map(|e| Some((e, ran_for(&e.source)?)))
         .collect();
-    timed.sort_by(|a, b| b.1.cmp(&a.1));
+    timed.sort_by_key(|(_, t)| std::cmp::Reverse(*t));
     if !timed.is_empty() {
         out.push_str("<p class=\"cell-report-heading\"><strong>Slowest cells</strong></p>\n\n");
         for (e, t) in timed.iter().take(SLOWEST) {
