@@ -10,6 +10,7 @@
 use std::error::Error as StdError;
 use std::fmt::{self, Display, Write as _};
 
+pub mod export;
 pub mod harness;
 
 /// The error type a cell's `?` converts into.
