@@ -42,36 +42,14 @@ pub(crate) fn compile(
     wanted: &[&PlannedCell],
     with_gpu: bool,
 ) -> Result<Build, Error> {
-    let cache_dir = root.join(&config.cache_dir);
-    let sources: Vec<CellSource> = plan
-        .cells
-        .iter()
-        .filter(|f| f.key.is_some() && !cached_compile_failure(f))
-        .map(|f| {
-            let c = plan.block(f);
-            CellSource {
-                module: f.module.clone(),
-                chapter: docs[f.doc].source.clone(),
-                prelude: plan.preludes[f.doc].clone(),
-                code: c.code.clone(),
-                code_line: c.code_line,
-                last_line: c.last_code_line(),
-            }
-        })
-        .collect();
-    let crate_dir = cache_dir.join("crate");
-    let krate = CellCrate::write(
-        &crate_dir,
-        &cache_dir.join("target"),
-        &compile::cell_crate_dependencies(root, config, with_gpu),
-        &config.profile,
-        &sources,
-        Some(&root.join("Cargo.lock")),
-    )
-    .map_err(|source| Error::Crate {
-        path: crate_dir.clone(),
-        source,
-    })?;
+    let krate = write_crate(
+        root,
+        config,
+        docs,
+        plan,
+        |f| !cached_compile_failure(f),
+        with_gpu,
+    )?;
     let started = Instant::now();
     let compiled = krate.compile();
     let compile_time = started.elapsed();
@@ -104,6 +82,47 @@ pub(crate) fn compile(
         failures,
         prelude_errors,
         compile_time,
+    })
+}
+
+/// Writes the cell crate: one module for each runnable cell that `include` keeps.
+pub(crate) fn write_crate(
+    root: &Path,
+    config: &Config,
+    docs: &[Document],
+    plan: &Plan,
+    include: impl Fn(&PlannedCell) -> bool,
+    with_gpu: bool,
+) -> Result<CellCrate, Error> {
+    let cache_dir = root.join(&config.cache_dir);
+    let sources: Vec<CellSource> = plan
+        .cells
+        .iter()
+        .filter(|f| f.key.is_some() && include(f))
+        .map(|f| {
+            let c = plan.block(f);
+            CellSource {
+                module: f.module.clone(),
+                chapter: docs[f.doc].source.clone(),
+                prelude: plan.preludes[f.doc].clone(),
+                code: c.code.clone(),
+                code_line: c.code_line,
+                last_line: c.last_code_line(),
+            }
+        })
+        .collect();
+    let crate_dir = cache_dir.join("crate");
+    CellCrate::write(
+        &crate_dir,
+        &cache_dir.join("target"),
+        &compile::cell_crate_dependencies(root, config, with_gpu),
+        &config.profile,
+        &sources,
+        Some(&root.join("Cargo.lock")),
+    )
+    .map_err(|source| Error::Crate {
+        path: crate_dir.clone(),
+        source,
     })
 }
 

@@ -249,6 +249,49 @@ impl CellCrate {
         compiled
     }
 
+    /// Runs clippy over the crate: its warnings whose place is a cell's or its chapter's shared
+    /// code, each with its chapter (a warning in shared code comes once per chapter), or why
+    /// clippy could not run.
+    pub(crate) fn lint(&self) -> Result<Vec<(String, CellDiagnostic)>, String> {
+        let output = Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+            .args([
+                "clippy",
+                "--quiet",
+                "--message-format=json",
+                "--manifest-path",
+            ])
+            .arg(self.dir.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &self.target_dir)
+            .env_remove("CARGO_MANIFEST_DIR")
+            .env_remove("CARGO_PRIMARY_PACKAGE")
+            .output()
+            .map_err(|e| format!("cannot run cargo clippy: {e}"))?;
+        let mut found: Vec<(String, CellDiagnostic)> = Vec::new();
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            let Ok(msg) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let diag = &msg["message"];
+            if msg["reason"].as_str() != Some("compiler-message")
+                || diag["level"].as_str() != Some("warning")
+            {
+                continue;
+            }
+            let Some((module, d)) = self.attribute(diag) else {
+                continue;
+            };
+            let chapter = self.maps[&module].chapter.clone();
+            if !found.iter().any(|(c, f)| c == &chapter && f == &d) {
+                found.push((chapter, d));
+            }
+        }
+        if !output.status.success() && found.is_empty() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(format!("cargo clippy failed: {}", stderr.trim()));
+        }
+        Ok(found)
+    }
+
     /// Splits cargo's JSON messages into errors per module, errors nobody owns, and the binary.
     fn read_messages(
         &self,
@@ -383,8 +426,10 @@ pub(crate) fn module_text(cell: &CellSource) -> (String, LineMap) {
             (start, len, *line)
         })
         .collect();
+    // The wrapper's own shape (a closure called where it is made, a cell's `()` passed on) is
+    // not the cell's to lint.
     text.push_str(
-        "pub fn run() -> ::cell_output::Output {\n    ::cell_output::finish((|| -> ::core::result::Result<_, ::cell_output::CellError> { ::core::result::Result::Ok({\n",
+        "#[allow(clippy::redundant_closure_call, clippy::unit_arg)] pub fn run() -> ::cell_output::Output {\n    ::cell_output::finish((|| -> ::core::result::Result<_, ::cell_output::CellError> { ::core::result::Result::Ok({\n",
     );
     next_line += 2;
     let body = ensure_newline(&cell.code);
@@ -417,7 +462,7 @@ fn render_diagnostic(
     column: usize,
     to_chapter: &dyn Fn(usize) -> usize,
 ) -> String {
-    let mut out = String::from("error");
+    let mut out = String::from(diag["level"].as_str().unwrap_or("error"));
     if let Some(code) = diag["code"]["code"].as_str() {
         let _ = write!(out, "[{code}]");
     }

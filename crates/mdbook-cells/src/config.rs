@@ -21,6 +21,10 @@ pub struct Config {
     /// Fail the build on any unexpected cell failure. `MDBOOK_CELLS_STRICT=1` also sets it.
     #[serde(default)]
     pub strict: bool,
+    /// Check the cells with rustfmt and clippy, each finding a problem at its chapter line.
+    /// Unset: strict builds lint, others do not.
+    #[serde(default)]
+    pub lint: Option<bool>,
     /// Seconds a cell may run before it is killed.
     #[serde(default = "default_timeout")]
     pub timeout: u64,
@@ -91,6 +95,7 @@ const KNOWN: &[&str] = &[
     "dependencies",
     "cache-dir",
     "strict",
+    "lint",
     "timeout",
     "output-limit",
     "fold-code-over",
@@ -111,6 +116,7 @@ impl Default for Config {
             dependencies: toml::Table::new(),
             cache_dir: default_cache_dir(),
             strict: false,
+            lint: None,
             timeout: default_timeout(),
             output_limit: default_output_limit(),
             fold_code_over: default_fold_code_over(),

@@ -21,6 +21,7 @@ mod execute;
 pub mod export;
 pub mod freeze;
 mod key;
+pub mod lint;
 pub mod outcome;
 pub mod parse;
 pub mod render;
@@ -71,6 +72,22 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         .collect();
     let mut problems = plan.problems.clone();
     problems.extend(resolved.problems);
+    if config.lint == Some(true) {
+        let chapters: Vec<(String, &[parse::Segment])> = (docs.iter())
+            .zip(&plan.chapters)
+            .map(|(d, segments)| (d.source.clone(), segments.as_slice()))
+            .collect();
+        problems.extend(lint::fmt_problems(root, &chapters));
+        let broken = resolved.compile_failed.iter().map(String::as_str).collect();
+        problems.extend(lint::clippy_problems(
+            root,
+            config,
+            docs,
+            &plan,
+            &broken,
+            gpu.compiled(),
+        ));
+    }
     problems.extend(pages::render_pages(
         docs,
         &plan,
@@ -110,11 +127,13 @@ impl mdbook_preprocessor::Preprocessor for Cells {
         ctx: &mdbook_preprocessor::PreprocessorContext,
         mut book: mdbook_preprocessor::book::Book,
     ) -> mdbook_preprocessor::errors::Result<mdbook_preprocessor::book::Book> {
-        let config: Config = ctx.config.get("preprocessor.cells")?.unwrap_or_default();
+        let mut config: Config = ctx.config.get("preprocessor.cells")?.unwrap_or_default();
         let src = &ctx.config.book.src;
         config.validate(&ctx.root, src)?;
         let strict = config.strict
             || std::env::var("MDBOOK_CELLS_STRICT").is_ok_and(|v| v == "1" || v == "true");
+        // Strict builds hold the cells to the same standard as the project's code.
+        config.lint = Some(config.lint.unwrap_or(strict));
 
         let mut docs = Vec::new();
         book.for_each_chapter_mut(|ch| {

@@ -1,7 +1,8 @@
 //! The `mdbook-cells` preprocessor binary: mdbook's protocol around the library, and from the
 //! book's root: `mdbook-cells run-bundle DIR [--gpu-name NAME]`, which runs a GPU-cell bundle
 //! on a GPU box (see `mdbook_cells::bundle`); `mdbook-cells export CHAPTER DIR`, which writes a
-//! chapter's cells as a cargo project (see `mdbook_cells::export`).
+//! chapter's cells as a cargo project (see `mdbook_cells::export`); `mdbook-cells fmt`, which
+//! rewrites every cell as rustfmt would (see `mdbook_cells::lint`).
 
 use anyhow::Context;
 use mdbook_cells::Cells;
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
     let command: Option<(&str, Command)> = match args.first().map(String::as_str) {
         Some("run-bundle") => Some(("run-bundle", run_bundle)),
         Some("export") => Some(("export", export)),
+        Some("fmt") => Some(("fmt", fmt)),
         _ => None,
     };
     if let Some((name, command)) = command {
@@ -118,6 +120,31 @@ fn export(args: &[String]) -> anyhow::Result<ExitCode> {
             n => format!(" ({n} GPU cell(s) left out: they run on a GPU box)"),
         },
         exported.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fmt(args: &[String]) -> anyhow::Result<ExitCode> {
+    const USAGE: &str = "usage: mdbook-cells fmt\n\
+        Rewrites every cell of the book (run from its root) as rustfmt would, at the book's \
+        rustfmt width; strict builds report the cells it would change.";
+    if !args.is_empty() {
+        if args.len() == 1 && (args[0] == "--help" || args[0] == "-h") {
+            println!("{USAGE}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        anyhow::bail!("{USAGE}");
+    }
+    let root = std::path::Path::new(".");
+    let (_, src) = mdbook_cells::config::Config::of_book(root)?;
+    let done = mdbook_cells::lint::fmt_book(root, &src)?;
+    for file in &done.files {
+        println!("formatted {}", file.display());
+    }
+    println!(
+        "{} cell(s) rewritten in {} chapter(s)",
+        done.cells,
+        done.files.len()
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -45,6 +45,8 @@ pub(crate) struct Resolved {
     pub(crate) compile_time: Duration,
     /// Running the cells.
     pub(crate) run_time: Duration,
+    /// The modules of the cells that do not compile (now or in the build that cached it).
+    pub(crate) compile_failed: HashSet<String>,
 }
 
 /// A cell's outcome before it is shown: what it came to and from where.
@@ -146,6 +148,11 @@ pub(crate) fn resolve(
     cache.retain(&live).map_err(cache_error)?;
     drop(cache);
 
+    let compile_failed = got
+        .iter()
+        .filter(|(_, g)| g.stored.outcome.failure() == Some(FailureKind::Compile))
+        .map(|(module, _)| module.to_string())
+        .collect();
     let mut problems = Vec::new();
     let cells = plan
         .cells
@@ -172,6 +179,7 @@ pub(crate) fn resolve(
         cells_run_or_cached: cached + misses.len(),
         compile_time,
         run_time,
+        compile_failed,
     })
 }
 

@@ -835,3 +835,46 @@ fn run_features_again() -> (Vec<Document>, Report) {
     .unwrap();
     (docs, report)
 }
+
+/// With `lint` (and in every strict build) a cell rustfmt would write otherwise, and clippy's
+/// warnings in cells, are problems at the chapter's lines; `mdbook-cells fmt` rewrites the
+/// cells in place, after which the same build finds nothing.
+#[test]
+fn cells_are_held_to_rustfmt_and_clippy_and_fmt_rewrites_them() {
+    let chapter = "# Lint\n\n```cell\nlet squares: Vec<u64> = (1..4).map(|n| n*n).collect();\nsquares.len()\n```\n\n```cell\nlet answer = 6 * 7;\nanswer\n```\n";
+    let (_, report) = run_text("lint", chapter, |c| c.lint = Some(true));
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        problems,
+        [
+            "src/inline.md:4: cell failed: rustfmt would write this cell otherwise (from this \
+             line on); `mdbook-cells fmt` rewrites it",
+            "src/inline.md:10: cell failed: clippy: warning[clippy::let_and_return]: returning \
+             the result of a `let` binding from a block",
+        ]
+    );
+
+    let root = scratch_book("fmt");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/lint.md"), chapter).unwrap();
+    let fmt = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mdbook-cells"))
+            .arg("fmt")
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(fmt().ends_with("1 cell(s) rewritten in 1 chapter(s)\n"));
+    let formatted = std::fs::read_to_string(root.join("src/lint.md")).unwrap();
+    assert!(formatted.contains("(1..4).map(|n| n * n).collect();\nsquares.len()\n```"));
+    assert!(
+        fmt().ends_with("0 cell(s) rewritten in 0 chapter(s)\n"),
+        "a second run changes nothing"
+    );
+}
