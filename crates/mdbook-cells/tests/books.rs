@@ -654,7 +654,8 @@ fn chapters_that_look_alike_and_duplicate_ids_stay_apart() {
     );
 }
 
-/// Times in the execution report change from build to build; the snapshot keeps their place.
+/// Times in the execution report change from build to build; the snapshot keeps their place
+/// (and the slowest cells in a fixed order).
 fn without_times(page: &str) -> String {
     let mut out = String::with_capacity(page.len());
     let mut rest = page;
@@ -673,7 +674,17 @@ fn without_times(page: &str) -> String {
         rest = &after[2..];
     }
     out.push_str(rest);
-    out
+    // The slowest cells' order is the timing's: kept in a fixed order.
+    let mut lines: Vec<&str> = out.lines().collect();
+    let slowest: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with("- <a "))
+        .collect();
+    let mut sorted: Vec<&str> = slowest.iter().map(|&i| lines[i]).collect();
+    sorted.sort();
+    for (i, line) in slowest.into_iter().zip(sorted) {
+        lines[i] = line;
+    }
+    lines.join("\n") + "\n"
 }
 
 /// Parameters with their values shown, a labelled output placed on another page, and the
