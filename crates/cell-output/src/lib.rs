@@ -49,6 +49,7 @@ impl Output {
         }
     }
 
+    /// The payload: the text, markdown, HTML, SVG or table, or the error's message.
     pub fn body(&self) -> &str {
         match self {
             Output::Nothing => "",
@@ -78,6 +79,7 @@ impl Output {
 
 /// Anything a cell may end with.
 pub trait CellValue {
+    /// How the value shows on the page.
     fn into_output(self) -> Output;
 }
 
@@ -192,7 +194,9 @@ impl CellValue for Html {
 /// Column alignment in a [`Table`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Align {
+    /// Text.
     Left,
+    /// Numbers, so that their digits line up.
     Right,
 }
 
@@ -215,21 +219,25 @@ impl Table {
         }
     }
 
+    /// Each column's alignment, left to right, instead of the guess from its contents.
     pub fn align(mut self, align: impl IntoIterator<Item = Align>) -> Table {
         self.align = align.into_iter().collect();
         self
     }
 
+    /// The table with one more row (for building it in one expression).
     pub fn row<S: Display>(mut self, cells: impl IntoIterator<Item = S>) -> Table {
         self.push(cells);
         self
     }
 
+    /// Appends a row (for building it in a loop).
     pub fn push<S: Display>(&mut self, cells: impl IntoIterator<Item = S>) {
         self.rows
             .push(cells.into_iter().map(|c| c.to_string()).collect());
     }
 
+    /// The rows so far, without the header.
     pub fn rows(&self) -> &[Vec<String>] {
         &self.rows
     }

@@ -30,9 +30,12 @@ pub struct AutotuneCache {
 /// Why a cache could not be installed.
 #[derive(Debug, thiserror::Error)]
 pub enum AutotuneError {
+    /// Reading the recorded cache or writing the installed copy failed.
     #[error("autotune cache {path}: {source}")]
     Io {
+        /// The file or folder.
         path: String,
+        /// Why.
         #[source]
         source: std::io::Error,
     },

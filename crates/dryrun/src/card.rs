@@ -33,9 +33,11 @@ const CUDA_MAX_BINDINGS: u32 = 1024;
 pub struct CardProfile {
     /// The exact command that recorded this file.
     pub command: String,
-    /// `nvidia-smi`'s name, driver and the date the profile was taken (UTC, RFC 3339).
+    /// The GPU as `nvidia-smi` names it.
     pub gpu: String,
+    /// The driver version, as `nvidia-smi` reports it.
     pub driver: String,
+    /// When the profile was taken (UTC, RFC 3339).
     pub date: String,
     /// `git rev-parse HEAD` of the recording binary's tree.
     pub git_revision: String,
@@ -53,11 +55,17 @@ pub struct CardProfile {
     /// on a stream, as cubecl-cuda's storage allocates): bytes asked → bytes gone. Recorded, not
     /// charged: see `DeviceMemory::new` for why.
     pub allocation_cost: Vec<[u64; 2]>,
+    /// `CU_DEVICE_ATTRIBUTE_WARP_SIZE`.
     pub warp_size: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`: what cubecl-cuda allows a cube.
     pub max_shared_memory_per_block_optin: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK`.
     pub max_threads_per_block: u32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_{X,Y,Z}`.
     pub max_block_dim: [u32; 3],
+    /// `CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_{X,Y,Z}`.
     pub max_grid_dim: [u32; 3],
+    /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
     pub multiprocessor_count: u32,
     /// `client.properties().checksum()` on the GPU: what the autotune and kernel caches key on.
     pub properties_checksum: u64,
@@ -68,15 +76,21 @@ pub struct CardProfile {
 /// A profile that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CardError {
+    /// The file could not be read.
     #[error("card profile {path}: {source}")]
     Read {
+        /// The profile's path.
         path: String,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The file is not a profile.
     #[error("card profile {path}: {source}")]
     Parse {
+        /// The profile's path.
         path: String,
+        /// Where and why the JSON did not fit.
         #[source]
         source: serde_json::Error,
     },
@@ -117,7 +131,7 @@ impl CardProfile {
     }
 
     /// The pool's page limit and alignment, as cubecl-cuda derives them.
-    pub fn memory_properties(&self) -> MemoryDeviceProperties {
+    pub(crate) fn memory_properties(&self) -> MemoryDeviceProperties {
         MemoryDeviceProperties {
             max_page_size: self.total_bytes / 4,
             alignment: CUDA_ALIGNMENT,
@@ -243,7 +257,7 @@ impl CardProfile {
 
     /// Whether launches pass their static metadata as a grid constant (cubecl-cuda: sm ≥ 70), so
     /// that only the dynamic part of it is copied to a device buffer.
-    pub fn grid_constants(&self) -> bool {
+    pub(crate) fn grid_constants(&self) -> bool {
         self.compute_capability >= 70
     }
 }

@@ -143,6 +143,7 @@ pub struct DryStorage {
 }
 
 impl DryStorage {
+    /// Storage whose pages are charged to `memory`.
     pub fn new(memory: DeviceMemory) -> Self {
         Self {
             memory,
@@ -155,6 +156,7 @@ impl DryStorage {
 /// What a binding resolves to: nothing to point at, only its size.
 #[derive(Debug, Clone, Copy)]
 pub struct DryResource {
+    /// The binding's bytes.
     pub size: u64,
 }
 

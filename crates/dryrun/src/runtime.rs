@@ -31,6 +31,7 @@ pub struct DryRuntime;
 /// A dry device: an index into the table of registered cards.
 #[derive(Clone, PartialEq, Eq, Default, Hash)]
 pub struct DryDevice {
+    /// Its row in the process's table of devices (`DryDevice::new` takes the first free one).
     pub index: u16,
 }
 

@@ -42,11 +42,11 @@ use cubecl_zspace::striding::has_pitched_row_major_strides;
 use crate::memory::{DeviceMemory, DryResource, DryStorage};
 
 /// The compiler type cubecl-cuda's runtime names (never called: the server compiles nothing).
-pub type CudaCompiler = CppCompiler<CudaDialect<CudaWmmaCompiler>>;
+pub(crate) type CudaCompiler = CppCompiler<CudaDialect<CudaWmmaCompiler>>;
 
 /// A stream: its pool, and the errors waiting for the next flush.
 #[derive(Debug)]
-pub struct DryStream {
+pub(crate) struct DryStream {
     memory: MemoryManagement<DryStorage>,
     errors: Vec<ServerError>,
     /// At least the pool's bytes in use now: the last count plus every reservation since
@@ -56,7 +56,7 @@ pub struct DryStream {
 
 /// Makes streams as cubecl-cuda's `CudaStreamBackend` does, over the shared device memory.
 #[derive(Debug)]
-pub struct DryStreamBackend {
+pub(crate) struct DryStreamBackend {
     memory_properties: MemoryDeviceProperties,
     device_memory: DeviceMemory,
     logger: Arc<ServerLogger>,

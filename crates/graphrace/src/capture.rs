@@ -23,18 +23,43 @@ const STATIC_BASE: u64 = 1 << 44;
 /// A program the host could not have run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CaptureError {
+    /// A kernel touches a tensor before its allocation or after its free.
     #[error("kernel `{kernel}` uses `{tensor}`, which is not allocated at that point")]
-    NotLive { kernel: String, tensor: String },
+    NotLive {
+        /// The kernel's name.
+        kernel: String,
+        /// The tensor's name.
+        tensor: String,
+    },
+    /// A tensor is allocated again while live.
     #[error("`{tensor}` is allocated twice")]
-    AllocatedTwice { tensor: String },
+    AllocatedTwice {
+        /// The tensor's name.
+        tensor: String,
+    },
+    /// A tensor is freed while not live.
     #[error("`{tensor}` is freed while not allocated")]
-    NotAllocated { tensor: String },
+    NotAllocated {
+        /// The tensor's name.
+        tensor: String,
+    },
+    /// A static tensor (weights, caches) is handled as a pool tensor.
     #[error("`{tensor}` lives outside the pool and cannot be allocated, recorded or freed")]
-    NotPooled { tensor: String },
+    NotPooled {
+        /// The tensor's name.
+        tensor: String,
+    },
+    /// An op names a tensor index past the program's table.
     #[error("the program refers to tensor #{0}, which it does not declare")]
     UnknownTensor(usize),
+    /// More sessions than [`MAX_SESSIONS`](crate::MAX_SESSIONS).
     #[error("{sessions} sessions is more than the {max} the simulator takes")]
-    TooManySessions { sessions: u32, max: u32 },
+    TooManySessions {
+        /// Asked for.
+        sessions: u32,
+        /// The limit.
+        max: u32,
+    },
 }
 
 /// Where and when a tensor lived.
@@ -46,8 +71,9 @@ pub struct Placement {
     pub block: Range<u64>,
     /// The stream the block was allocated on (its pool tag); `Main` for statics.
     pub stream: Stream,
-    /// Position of the allocation and of the free among the program's ops.
+    /// Position of the allocation among the program's ops.
     pub alloc_op: usize,
+    /// Position of the free; `None` if the program never frees it.
     pub free_op: Option<usize>,
     /// The allocating stream's clock when the host freed it: the pool hands the block to that
     /// stream's later work, which is ordered after everything this clock covers.
@@ -59,17 +85,22 @@ pub struct Placement {
 /// One access of a kernel to a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Access {
+    /// What is accessed.
     pub tensor: TensorId,
+    /// A write (else a read).
     pub write: bool,
 }
 
 /// A kernel in the captured graph.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Node {
+    /// The kernel launched.
     pub kernel: Kernel,
     /// Nodes that must finish before this one starts.
     pub deps: Vec<usize>,
+    /// Per stream, its kernels known to finish before this one starts (see the module docs).
     pub clock: Clock,
+    /// Its reads and writes, in the kernel's order.
     pub accesses: Vec<Access>,
 }
 
@@ -84,20 +115,26 @@ impl Node {
 /// The captured step.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Graph {
+    /// Concurrent sessions the step was captured for.
     pub sessions: u32,
+    /// The program's tensors, indexed by [`TensorId`].
     pub tensors: Vec<Tensor>,
     /// Per tensor; `None` for a pool tensor the program never allocated.
     pub placements: Vec<Option<Placement>>,
+    /// The kernels in launch order.
     pub nodes: Vec<Node>,
     /// Bytes the pool took from the device.
     pub pool_bytes: u64,
 }
 
 impl Graph {
+    /// The name the program gave `t`.
     pub fn tensor_name(&self, t: TensorId) -> &str {
         &self.tensors[t.0].name
     }
 
+    /// Where and when `t` lived; panics for a pool tensor never allocated (no kernel accesses
+    /// one).
     pub fn placement(&self, t: TensorId) -> &Placement {
         self.placements[t.0]
             .as_ref()

@@ -22,26 +22,39 @@ use crate::program::Stream;
 /// One access as the report names it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Use {
+    /// The tensor's name.
     pub tensor: String,
+    /// The kernel's name.
     pub kernel: String,
+    /// The kernel's stream.
     pub stream: Stream,
+    /// A write (else a read).
     pub write: bool,
 }
 
+/// A hazard the check found (see the module docs for the three kinds).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Finding {
+    /// A block's previous and new tenant touched it unordered: the incident's race.
     UnorderedReuse {
         /// The bytes both tenants occupy.
         overlap: Range<u64>,
+        /// The previous tenant's access.
         earlier: Use,
+        /// The new tenant's.
         later: Use,
     },
+    /// Two streams touch one tensor unordered, one of them writing.
     UnorderedAccess {
+        /// One access.
         first: Use,
+        /// The other.
         second: Use,
     },
+    /// A cross-stream use not ordered before the free, and not recorded: latent.
     UnrecordedFree {
+        /// The tensor freed.
         tensor: String,
         /// The allocating stream, which the pool hands the block back to.
         freed_on: Stream,
@@ -110,14 +123,17 @@ impl std::fmt::Display for Finding {
 /// Everything the check found, races first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
+    /// Races first, then latent hazards.
     pub findings: Vec<Finding>,
 }
 
 impl Report {
+    /// The findings that race in this layout.
     pub fn races(&self) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(|f| f.is_race())
     }
 
+    /// Nothing found, not even a latent hazard.
     pub fn is_clean(&self) -> bool {
         self.findings.is_empty()
     }

@@ -6,6 +6,7 @@
 //! anywhere can be traced back to one named file. Every switch defaults to the setting that
 //! corrupted, so a file states only what its experiment changed.
 
+use basics::line_of;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
@@ -13,8 +14,11 @@ use toml::Spanned;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IndexKeys {
+    /// Two bytes per element: the incident's.
     #[default]
     Bf16,
+    /// One byte per element plus a scale per position: a transient too small for a row of
+    /// logits.
     Fp8,
 }
 
@@ -22,16 +26,22 @@ pub enum IndexKeys {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// Captured once, replayed every step: the incident's.
     #[default]
     Captured,
+    /// Launched op by op, not captured (in the model, on the main stream only: see
+    /// [`Config::uses_side_stream`]).
     Eager,
 }
 
 /// One configuration, validated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Config {
+    /// One word (the file's `name`) that labels the configuration in tables and figures.
     pub name: String,
+    /// The element type of the indexer's keys.
     pub index_keys: IndexKeys,
+    /// Captured or eager.
     pub mode: Mode,
     /// Multi-stream overlap: the indexer's work forked onto the side stream.
     pub overlap: bool,
@@ -118,18 +128,12 @@ struct ConfigFile {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}:{line}: {reason}")]
 pub struct ConfigError {
+    /// The file (or the name the text was given).
     pub origin: String,
     /// 1-based.
     pub line: usize,
+    /// What is wrong, in a sentence.
     pub reason: String,
-}
-
-fn line_of(text: &str, at: usize) -> usize {
-    text.as_bytes()[..at.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
 }
 
 #[cfg(test)]

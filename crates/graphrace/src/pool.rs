@@ -58,6 +58,7 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// An empty pool: no segment taken from the device yet.
     pub fn new() -> Pool {
         Pool::default()
     }

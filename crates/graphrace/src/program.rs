@@ -15,8 +15,6 @@ pub enum Stream {
 }
 
 impl Stream {
-    pub const ALL: [Stream; 2] = [Stream::Main, Stream::Side];
-
     /// Position in a vector clock.
     pub fn index(self) -> usize {
         match self {
@@ -25,6 +23,7 @@ impl Stream {
         }
     }
 
+    /// `main` or `side`, as reports print it.
     pub fn name(self) -> &'static str {
         match self {
             Stream::Main => "main",
@@ -50,8 +49,11 @@ pub enum Home {
 /// One tensor: a row of `row_bytes` per session.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Tensor {
+    /// Its name in the step (`index_k`, `logits`…).
     pub name: String,
+    /// Bytes per session.
     pub row_bytes: u64,
+    /// Pool or static.
     pub home: Home,
 }
 
@@ -59,11 +61,14 @@ pub struct Tensor {
 /// sessions` microseconds (weights read once per step, activations per session).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Cost {
+    /// µs whatever the sessions.
     pub fixed_us: f64,
+    /// µs per session.
     pub per_session_us: f64,
 }
 
 impl Cost {
+    /// The duration in µs at `sessions` sessions.
     pub fn at(&self, sessions: u32) -> f64 {
         self.fixed_us + self.per_session_us * f64::from(sessions)
     }
@@ -73,10 +78,15 @@ impl Cost {
 /// order over the kernel's duration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Kernel {
+    /// Its name in the step (`lm_head`…), which also keys its jitter.
     pub name: String,
+    /// The stream it is launched on.
     pub stream: Stream,
+    /// Its nominal duration.
     pub cost: Cost,
+    /// Tensors it reads.
     pub reads: Vec<TensorId>,
+    /// Tensors it writes.
     pub writes: Vec<TensorId>,
 }
 
@@ -85,25 +95,33 @@ pub struct Kernel {
 pub enum Op {
     /// `torch.empty(…)` with `stream` current: the pool hands out a block tagged with it.
     Alloc {
+        /// The tensor allocated.
         tensor: TensorId,
+        /// The current stream, whose pool the block comes from.
         stream: Stream,
     },
+    /// A kernel launched on its stream.
     Launch(Kernel),
     /// The host drops its last reference. The pool sees only this moment, in host order, not
     /// when the GPU is done with the block.
     Free {
+        /// The tensor freed.
         tensor: TensorId,
     },
     /// `tensor.record_stream(stream)`: the pool will not reuse the block before `stream`'s use
     /// is known to be over (during capture: not before the capture ends).
     RecordStream {
+        /// The tensor used on another stream.
         tensor: TensorId,
+        /// That stream.
         stream: Stream,
     },
     /// An event recorded on `on` and waited on by `waiter`: the fork (side waits on main) and the
     /// join (main waits on side) of multi-stream overlap.
     Wait {
+        /// The stream that waits.
         waiter: Stream,
+        /// The stream waited on: everything launched on it so far.
         on: Stream,
     },
 }
@@ -113,11 +131,14 @@ pub enum Op {
 pub struct Program {
     /// Concurrent sessions: one row of every tensor per session.
     pub sessions: u32,
+    /// Every tensor, indexed by [`TensorId`].
     pub tensors: Vec<Tensor>,
+    /// The host's actions, in order.
     pub ops: Vec<Op>,
 }
 
 impl Program {
+    /// An empty program at `sessions` concurrent sessions.
     pub fn new(sessions: u32) -> Program {
         Program {
             sessions,
@@ -146,6 +167,7 @@ impl Program {
         tensor
     }
 
+    /// Launches kernel `name` on `stream`.
     pub fn launch(
         &mut self,
         name: &str,
@@ -163,14 +185,17 @@ impl Program {
         }));
     }
 
+    /// The host drops `tensor`: its block goes back to the pool now.
     pub fn free(&mut self, tensor: TensorId) {
         self.ops.push(Op::Free { tensor });
     }
 
+    /// `tensor.record_stream(stream)`.
     pub fn record_stream(&mut self, tensor: TensorId, stream: Stream) {
         self.ops.push(Op::RecordStream { tensor, stream });
     }
 
+    /// `waiter` waits for everything launched on `on` so far.
     pub fn wait(&mut self, waiter: Stream, on: Stream) {
         self.ops.push(Op::Wait { waiter, on });
     }

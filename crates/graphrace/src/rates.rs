@@ -18,7 +18,9 @@ use crate::step::{Costs, decode_step_with};
 pub struct Workload {
     /// Graph replays per trial: decode steps every session goes through.
     pub replays: u32,
+    /// Load tests, each with every session fresh.
     pub trials: u32,
+    /// What the jitter is drawn from (with the trial, the replay and the kernel).
     pub seed: u64,
 }
 
@@ -37,17 +39,20 @@ impl Default for Workload {
 /// One point of a curve.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Rate {
+    /// Concurrent sessions.
     pub sessions: u32,
     /// Sessions corrupted, summed over trials.
     pub corrupted: u64,
     /// Sessions run, summed over trials.
     pub observed: u64,
-    /// Replays in which anything collided, and replays run.
+    /// Replays in which anything collided.
     pub racing_replays: u64,
+    /// Replays run, summed over trials.
     pub replays: u64,
 }
 
 impl Rate {
+    /// Sessions corrupted over sessions run (0 when none ran).
     pub fn fraction(&self) -> f64 {
         if self.observed == 0 {
             0.0
@@ -60,7 +65,9 @@ impl Rate {
 /// A configuration captured at one concurrency: its graph and its static report.
 #[derive(Clone, Debug)]
 pub struct Captured {
+    /// What was captured.
     pub config: Config,
+    /// Its step as captured.
     pub graph: Graph,
 }
 
@@ -69,15 +76,12 @@ pub struct Captured {
 pub const MAX_SESSIONS: u32 = 100_000;
 
 impl Captured {
+    /// `config`'s decode step at `sessions` sessions, captured at the stylised costs.
     pub fn new(config: &Config, sessions: u32) -> Result<Captured, CaptureError> {
         Captured::with_costs(config, sessions, &Costs::default())
     }
 
-    pub fn with_costs(
-        config: &Config,
-        sessions: u32,
-        costs: &Costs,
-    ) -> Result<Captured, CaptureError> {
+    fn with_costs(config: &Config, sessions: u32, costs: &Costs) -> Result<Captured, CaptureError> {
         if sessions > MAX_SESSIONS {
             return Err(CaptureError::TooManySessions {
                 sessions,
@@ -90,6 +94,7 @@ impl Captured {
         })
     }
 
+    /// The static check of its graph.
     pub fn check(&self) -> Report {
         check(&self.graph)
     }

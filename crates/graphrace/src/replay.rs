@@ -43,25 +43,35 @@ impl Default for Timing {
 /// Identifies one replay's dice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Draw {
+    /// The workload's seed.
     pub seed: u64,
+    /// Which load test.
     pub trial: u32,
+    /// Which replay of it.
     pub replay: u32,
 }
 
 /// When one kernel ran.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Span {
+    /// The kernel's node in the graph.
     pub node: usize,
+    /// When it started, µs into the replay.
     pub start_us: f64,
+    /// When it ended.
     pub end_us: f64,
 }
 
 /// One collision: `victim`'s access was overlapped by `writer`'s write.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Collision {
+    /// The node whose access was overlapped.
     pub victim_node: usize,
+    /// That access.
     pub victim: Access,
+    /// The node that wrote over it.
     pub writer_node: usize,
+    /// That write.
     pub writer: Access,
     /// When both were at it.
     pub window_us: Range<f64>,
@@ -72,14 +82,10 @@ pub struct Collision {
 /// One replay of the graph.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Replay {
+    /// When each node ran, in node order.
     pub spans: Vec<Span>,
+    /// Every collision, in the order found.
     pub collisions: Vec<Collision>,
-}
-
-impl Replay {
-    pub fn duration_us(&self) -> f64 {
-        self.spans.iter().map(|s| s.end_us).fold(0.0, f64::max)
-    }
 }
 
 /// Two accesses of different kernels to overlapping bytes, one of them a write: the only pairs
@@ -101,6 +107,7 @@ pub struct Replayer<'g> {
 }
 
 impl<'g> Replayer<'g> {
+    /// `graph` under `timing`, its candidate pairs found once.
     pub fn new(graph: &'g Graph, timing: Timing) -> Replayer<'g> {
         let accesses: Vec<(usize, Access)> = graph
             .nodes
@@ -141,7 +148,7 @@ impl<'g> Replayer<'g> {
     }
 
     /// Whether any replay could corrupt: some pair of accesses overlaps in bytes.
-    pub fn can_collide(&self) -> bool {
+    pub(crate) fn can_collide(&self) -> bool {
         !self.candidates.is_empty()
     }
 

@@ -38,15 +38,11 @@ const INDEX_DIM: u64 = 128;
 
 /// Bytes of one session's gathered index keys: bf16 elements, or fp8 elements plus one fp32
 /// scale per position.
-pub fn index_k_row(keys: IndexKeys) -> u64 {
+pub(crate) fn index_k_row(keys: IndexKeys) -> u64 {
     match keys {
         IndexKeys::Bf16 => INDEX_POSITIONS * INDEX_DIM * 2,
         IndexKeys::Fp8 => INDEX_POSITIONS * (INDEX_DIM + 4),
     }
-}
-
-pub fn logits_row() -> u64 {
-    LOGITS_ROW
 }
 
 const fn cost(fixed_us: f64, per_session_us: f64) -> Cost {
@@ -59,13 +55,18 @@ const fn cost(fixed_us: f64, per_session_us: f64) -> Cost {
 /// The stylised kernel costs (µs at full speed: fixed + per session).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Costs {
+    /// The trunk: `hidden_in → x`.
     pub trunk: Cost,
+    /// The indexer's key projection: `x → index_k`, the transient the side reads.
     pub index_k_proj: Cost,
     /// The side's store: a fixed launch cost plus, per session, this many µs per KiB of the
     /// session's index keys (it streams them, so bf16 keys take twice as long as fp8).
     pub index_k_store_fixed_us: f64,
+    /// See `index_k_store_fixed_us`.
     pub index_k_store_us_per_kib: f64,
+    /// `x → attn`.
     pub attention: Cost,
+    /// `attn → moe_out`.
     pub moe: Cost,
     /// CALIBRATED: the clone's cost, fitted so that the clone on top of cached logits gives
     /// the seed's ~3 % at 60 sessions.
@@ -74,7 +75,9 @@ pub struct Costs {
     /// sessions (with logits cached, the LM head is what stands between the side's store and
     /// the next tensor that lands on its block).
     pub lm_head: Cost,
+    /// `logits → probs`.
     pub softmax: Cost,
+    /// `probs → tokens_out`.
     pub sample: Cost,
 }
 

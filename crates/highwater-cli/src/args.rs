@@ -9,13 +9,13 @@ use highwater::limits::{MAX_FIGURE_SEEDS, MAX_SEEDS, MAX_STEPS, quote};
 /// step, and reads the trainer logs of the runs it explains.
 #[derive(Debug, Parser)]
 #[command(name = "highwater", version, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Runs a recipe for some steps and seeds through CubeCL's own pool; prints per-seed
     /// outcome, high-water and reserve failures (or JSON lines with every step).
     Simulate(SimulateArgs),
@@ -44,7 +44,7 @@ pub enum Command {
     JSON: one object per run per line with recipe, seed, steps, died_at (null if it \
     survived), capacity, peak_in_use / reserved / pages (per step), and failures \
     (step, requested, page, phase).")]
-pub struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     /// Recipe file (TOML), e.g. repro/recipes/situ.toml.
     #[arg(long, value_name = "PATH")]
     pub recipe: PathBuf,
@@ -88,7 +88,7 @@ fn svg_help() -> String {
 }
 
 #[derive(Debug, Args)]
-pub struct LedgerArgs {
+pub(crate) struct LedgerArgs {
     /// Recipe file (TOML).
     #[arg(long, value_name = "PATH")]
     pub recipe: PathBuf,
@@ -101,7 +101,7 @@ pub struct LedgerArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ForensicsArgs {
+pub(crate) struct ForensicsArgs {
     /// Trainer logs; several logs make one table, one row each.
     #[arg(required = true, value_name = "LOG")]
     pub logs: Vec<PathBuf>,
@@ -111,7 +111,7 @@ pub struct ForensicsArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ConformArgs {
+pub(crate) struct ConformArgs {
     /// Directory of recorded runs (`rerun-*.json`), e.g. repro/results.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
@@ -138,7 +138,7 @@ pub struct ConformArgs {
     The card is the chip of --chip (a profile recorded by card-profile) with the memory of \
     --card; the pools may take that memory less the CUDA context the chip's process took. \
     Exits 0 whether or not the model fits; 1 on bad input.")]
-pub struct FitArgs {
+pub(crate) struct FitArgs {
     /// A decoder (`[decoder]`, e.g. repro/models/decoder.toml) or a wave recipe (TOML).
     #[arg(value_name = "MODEL")]
     pub model: PathBuf,
@@ -186,7 +186,7 @@ pub struct FitArgs {
 
 /// What `--card` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CardArg {
+pub(crate) enum CardArg {
     /// A memory size in bytes, given to the chip.
     Bytes(u64),
     /// A card profile used as it is.
@@ -245,7 +245,7 @@ fn parse_card(s: &str) -> Result<CardArg, String> {
     OUT/decoder-<file>-<backend>-<checkpointing>-b<batch>.json; log lines (the command first) \
     go to stdout.")]
 #[command(group = clap::ArgGroup::new("model").required(true).args(["recipe", "decoder"]))]
-pub struct RerunArgs {
+pub(crate) struct RerunArgs {
     /// Recipe file (TOML).
     #[arg(long, value_name = "PATH")]
     pub recipe: Option<PathBuf>,
@@ -285,7 +285,7 @@ pub struct RerunArgs {
 
 /// What `--cap` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CapArg {
+pub(crate) enum CapArg {
     Bytes(u64),
     /// The recipe's card less its desktop.
     RecipeCard,
@@ -360,7 +360,7 @@ impl From<ActivationArg> for highwater::Activation {
 
 /// Seeds from `--seeds`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seeds(pub Vec<u64>);
+pub(crate) struct Seeds(pub Vec<u64>);
 
 /// `--steps`: refused past [`MAX_STEPS`], the limit a recipe's own steps obey.
 fn parse_steps(s: &str) -> Result<u64, String> {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::args::{Cli, Command, ForensicsArgs, LedgerArgs, SimulateArgs};
 use crate::table::{Align, render};
 
-pub fn run(cli: Cli) -> Result<()> {
+pub(crate) fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Simulate(a) => simulate(a),
         Command::Ledger(a) => ledger(a),

@@ -15,7 +15,7 @@ use crate::table::{Align, render};
 /// Runs the simulator is known to miss, with the reason; kept beside the records.
 const KNOWN_MISSES: &str = "conform-known-misses.toml";
 
-pub fn conform(a: ConformArgs) -> Result<()> {
+pub(crate) fn conform(a: ConformArgs) -> Result<()> {
     let mut files = records_in(&a.dir, "rerun-")?;
     if a.dry {
         // Decoders have no simulator to be held to: only the dry run replays them.

@@ -16,7 +16,7 @@ use crate::commands::{quoted_line, read_input, size};
 use crate::conform::quietly;
 use crate::table::{Align, render};
 
-pub fn fit(a: FitArgs) -> Result<()> {
+pub(crate) fn fit(a: FitArgs) -> Result<()> {
     let origin = a.model.display().to_string();
     let text = read_input(&a.model, "model")?;
     let mut model = Model::parse(&origin, &text).map_err(|e| {

@@ -16,7 +16,7 @@ use highwater::recipe::written_name;
 use crate::args::{CapArg, RerunArgs};
 use crate::commands::{read_recipe, size};
 
-pub fn rerun(a: RerunArgs) -> Result<()> {
+pub(crate) fn rerun(a: RerunArgs) -> Result<()> {
     let Some(recipe_path) = a.recipe.clone() else {
         return rerun_decoder(a);
     };

@@ -2,14 +2,14 @@
 
 /// Column alignment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// `headers` over `rows`, columns padded to their widest cell, two spaces apart, a dashed
 /// rule under the header. Widths count characters, not bytes (`×`, `≥`).
-pub fn render(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+pub(crate) fn render(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     let width = |s: &str| s.chars().count();
     let mut widths: Vec<usize> = headers.iter().map(|(h, _)| width(h)).collect();
     for row in rows {

@@ -30,7 +30,9 @@ pub struct StackedBars {
 pub struct Bar {
     /// The arm the bar shows (e.g. `"situ-tensor"`), or empty when the bars are not arms.
     pub arm: String,
+    /// Written left of the bar.
     pub label: String,
+    /// `(name, bytes)`, left to right.
     pub segments: Vec<(String, u64)>,
 }
 

@@ -11,7 +11,9 @@ use crate::theme::{DASHES, Keys, WIDTH, arm_colours, filled, stroke};
 pub struct RateChart {
     /// Shown above the plot; may be empty.
     pub title: String,
+    /// The x axis' description.
     pub x_desc: String,
+    /// The y axis' description.
     pub y_desc: String,
     /// Curves in legend order. Curves of one arm share the arm's colour
     /// ([`arm_colour`](crate::arm_colour)); each curve gets its own dash, so curves lying on top
@@ -25,6 +27,7 @@ pub struct Curve {
     /// The arm (configuration) the curve belongs to, which gives its colour; empty: the
     /// label does.
     pub arm: String,
+    /// Its legend entry.
     pub label: String,
     /// `(x, percent)`, in x order.
     pub points: Vec<(f64, f64)>,

@@ -17,22 +17,29 @@ pub struct Timeline {
     pub title: String,
     /// The time axis' description, e.g. "µs into the replay".
     pub x_desc: String,
+    /// Drawn top to bottom in this order.
     pub lanes: Vec<Lane>,
+    /// Windows across every lane: shaded under the spans, outlined over them.
     pub marks: Vec<Mark>,
 }
 
 /// One lane (a stream) and its spans `(label, start, end)`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Lane {
+    /// Written left of the lane.
     pub label: String,
+    /// `(label, start, end)` in the x axis' units.
     pub spans: Vec<(String, f64, f64)>,
 }
 
 /// A window drawn across every lane, with its meaning in the legend.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Mark {
+    /// Its legend entry.
     pub label: String,
+    /// Where the window opens, in the x axis' units.
     pub start: f64,
+    /// Where it closes.
     pub end: f64,
 }
 

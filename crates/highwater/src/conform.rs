@@ -34,10 +34,15 @@ pub const RESERVED_TOLERANCE: f64 = 0.05;
 pub struct Provenance {
     /// The exact command line that produced the file (argv, space-joined).
     pub command: String,
+    /// The GPU, as `nvidia-smi` names it.
     pub gpu: String,
+    /// The driver version.
     pub driver: String,
+    /// The CUDA version the driver supports (`nvidia-smi`'s header).
     pub cuda: String,
+    /// Total device memory, as `nvidia-smi` prints it (`143771 MiB`).
     pub gpu_memory: String,
+    /// Versions of what ran.
     pub versions: Versions,
     /// `git rev-parse HEAD` of the tree the binary was built from, `-dirty` when it had
     /// uncommitted changes.
@@ -49,10 +54,15 @@ pub struct Provenance {
 /// Versions of what ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Versions {
+    /// The `situ` crate's.
     pub situ: String,
+    /// burn's.
     pub burn: String,
+    /// CubeCL's.
     pub cubecl: String,
+    /// `rustc -V` of the compiler that built the binary.
     pub rustc: String,
+    /// The command that built it.
     pub build: String,
 }
 
@@ -97,7 +107,9 @@ pub struct MeasuredStep {
 /// How a recorded run ended early.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeasuredDeath {
+    /// 1-based.
     pub step: u64,
+    /// The phase that failed.
     pub phase: Phase,
     /// The first error exactly as burn/cubecl reported it.
     pub message: String,
@@ -109,19 +121,28 @@ pub struct MeasuredDeath {
 /// A run recorded on a GPU by `highwater rerun`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RerunRecord {
+    /// Where the record came from.
     #[serde(flatten)]
     pub provenance: Provenance,
-    /// The recipe file, as given on the command line, and its text at the time.
+    /// The recipe file, as given on the command line.
     pub recipe_path: String,
+    /// Its text at the time.
     pub recipe_toml: String,
+    /// The arm run (it overrides the recipe's).
     pub activation: Activation,
+    /// The checkpointing run (it overrides the recipe's).
     pub checkpointing: Checkpointing,
+    /// The backend run (it overrides the recipe's).
     pub backend: Backend,
     /// Steps asked for.
     pub steps_asked: u64,
+    /// The seed of the model's weights and inputs.
     pub seed: u64,
+    /// The device's memory as the run found it.
     pub device: DeviceMemory,
+    /// Every step completed, in order.
     pub steps: Vec<MeasuredStep>,
+    /// How the run ended early, if it did.
     pub died: Option<MeasuredDeath>,
     /// The path counters at the end (`situ=tensor:E/F/B,fused:E/F/B`).
     pub counters: String,
@@ -160,7 +181,7 @@ impl RerunRecord {
     /// The same recipe as the simulator must see this run: the card as measured (pools sized
     /// from its total, capacity what was free for the pool), releases in program order, and a
     /// sync every step (the rerun reads the pool after every phase).
-    pub fn simulated_recipe(&self) -> Result<Recipe, RecipeError> {
+    pub(crate) fn simulated_recipe(&self) -> Result<Recipe, RecipeError> {
         let mut r = self.recipe()?;
         let d = self.device;
         r.card.total_bytes = d.total_bytes;
@@ -179,18 +200,28 @@ impl RerunRecord {
 /// A decoder ([`crate::decoder::Decoder`]) trained on a GPU by `highwater rerun --decoder`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecoderRecord {
+    /// Where the record came from.
     #[serde(flatten)]
     pub provenance: Provenance,
-    /// The decoder's recipe, as given on the command line, and its text at the time.
+    /// The decoder's recipe, as given on the command line.
     pub decoder_path: String,
+    /// Its text at the time.
     pub decoder_toml: String,
+    /// The backend run (it overrides the file's).
     pub backend: Backend,
+    /// The checkpointing run (it overrides the file's).
     pub checkpointing: Checkpointing,
+    /// The batch run (it overrides the file's).
     pub batch: u64,
+    /// Steps asked for.
     pub steps_asked: u64,
+    /// The seed of the model's weights and inputs.
     pub seed: u64,
+    /// The device's memory as the run found it.
     pub device: DeviceMemory,
+    /// Every step completed, in order.
     pub steps: Vec<MeasuredStep>,
+    /// How the run ended early, if it did.
     pub died: Option<MeasuredDeath>,
 }
 
@@ -227,8 +258,11 @@ impl DecoderRecord {
 
 /// What every GPU record offers a comparison: its name, its steps, how it ended.
 pub trait Recorded {
+    /// The record's file stem.
     fn name(&self) -> String;
+    /// Every step completed, in order.
     fn steps(&self) -> &[MeasuredStep];
+    /// How the run ended early, if it did.
     fn died(&self) -> Option<&MeasuredDeath>;
 }
 
@@ -259,13 +293,18 @@ impl Recorded for DecoderRecord {
 /// One run, measured against simulated.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Conformance {
+    /// The record's name.
     pub name: String,
+    /// Steps the record completed.
     pub steps: u64,
     /// At the step where the error is largest; `None` when no step completed on both arms
     /// (a run that died in its first step is judged by its fate alone).
     pub in_use_after_forward: Option<Compared>,
+    /// Bytes reserved at the end of a step, at the step where the error is largest.
     pub reserved: Option<Compared>,
+    /// The step the GPU run died at, if it did.
     pub measured_died_at: Option<u64>,
+    /// The step the simulation died at, if it did.
     pub predicted_died_at: Option<u64>,
     /// The simulated run, for figures.
     pub simulated: RunReport,
@@ -274,15 +313,20 @@ pub struct Conformance {
 /// A measured figure, the prediction for it, and the relative error.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Compared {
+    /// 1-based.
     pub step: u64,
+    /// Bytes on the GPU.
     pub measured: u64,
+    /// Bytes simulated.
     pub predicted: u64,
     /// `(predicted - measured) / measured`.
     pub error: f64,
+    /// The largest `|error|` that passes.
     pub tolerance: f64,
 }
 
 impl Compared {
+    /// Within tolerance.
     pub fn passes(&self) -> bool {
         self.error.abs() <= self.tolerance
     }
@@ -300,8 +344,10 @@ impl Conformance {
 /// Why a record cannot be checked.
 #[derive(Debug, thiserror::Error)]
 pub enum ConformError {
+    /// The recipe text kept in the record does not parse now.
     #[error("the recorded recipe does not parse")]
     Recipe(#[from] RecipeError),
+    /// Nothing to compare.
     #[error("the run recorded no step and no death")]
     NoSteps,
 }
@@ -312,6 +358,7 @@ pub enum ConformError {
 pub struct KnownMiss {
     /// The record's name (`rerun-…`, without `.json`).
     pub run: String,
+    /// Why the simulator misses it.
     pub reason: String,
 }
 
@@ -339,6 +386,7 @@ pub struct KnownDryDifference {
     pub run: String,
     /// `in_use_after_forward`, `in_use_after_backward` or `reserved`.
     pub figures: Vec<String>,
+    /// Why they differ.
     pub reason: String,
 }
 
@@ -416,6 +464,7 @@ pub fn conform(record: &RerunRecord) -> Result<Conformance, ConformError> {
 /// GPU itself varied between repeats of the run, the widest spread it showed is the tolerance.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Exactness {
+    /// The record's name.
     pub name: String,
     /// Steps completed: measured, predicted.
     pub completed: (u64, u64),
@@ -425,18 +474,22 @@ pub struct Exactness {
     pub gpu_spread: u64,
     /// Every figure that differs from the record, in step order.
     pub differences: Vec<Difference>,
-    /// Where each arm died: step and phase.
+    /// Where the GPU run died: step and phase.
     pub measured_death: Option<(u64, Phase)>,
+    /// Where the prediction died.
     pub predicted_death: Option<(u64, Phase)>,
 }
 
 /// One figure of one step that differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Difference {
+    /// 1-based.
     pub step: u64,
     /// `in_use_after_forward`, `in_use_after_backward` or `reserved`.
     pub figure: &'static str,
+    /// Bytes on the GPU.
     pub measured: u64,
+    /// Bytes predicted.
     pub predicted: u64,
 }
 

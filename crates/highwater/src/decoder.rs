@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::limits::MAX_TENSOR_BYTES;
-use crate::recipe::{Backend, Checkpointing, RecipeError, from_toml, line_of};
+use basics::line_of;
+
+use crate::recipe::{Backend, Checkpointing, RecipeError, from_toml};
 
 /// `[decoder]` as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -59,17 +61,27 @@ enum Oversize {
 pub struct Decoder {
     /// Where it came from (a file name).
     pub origin: String,
+    /// Tokens in the vocabulary: the head's output width.
     pub vocab: u64,
+    /// Positions per sequence.
     pub seq_len: u64,
+    /// The residual stream's width.
     pub d_model: u64,
+    /// Attention heads per block (they divide `d_model`).
     pub n_heads: u64,
+    /// Transformer blocks.
     pub n_layers: u64,
+    /// The MLP's hidden width.
     pub d_ff: u64,
     /// Sequences per step.
     pub batch: u64,
+    /// The burn-cubecl backend the step runs on.
     pub backend: Backend,
+    /// burn's checkpoint strategy.
     pub checkpointing: Checkpointing,
+    /// Training steps.
     pub steps: u64,
+    /// The seed of the weights and the batches.
     pub seed: u64,
 }
 

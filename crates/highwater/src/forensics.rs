@@ -103,9 +103,11 @@ pub struct FailureGroup {
     pub bytes: u64,
     /// How many lines said so.
     pub count: u32,
+    /// Before or after the attempt's first step line.
     pub phase: Phase,
     /// For [`Phase::Run`]: the last step line printed before the group's first failure.
     pub after_step: Option<u32>,
+    /// Whether the size is the tensor's or the pool's page.
     pub reported: Reported,
 }
 
@@ -133,7 +135,7 @@ pub struct LogForensics {
 
 /// One recognised line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Line {
+pub(crate) enum Line {
     /// `train start: …`
     Header,
     /// `step N | …`
@@ -157,7 +159,7 @@ const PATCHED: &str = "failed to reserve ";
 const BUFFER_TOO_BIG: &str = "can't allocate buffer of size: ";
 
 /// Classifies one line of a trainer log.
-pub fn classify(line: &str) -> Line {
+pub(crate) fn classify(line: &str) -> Line {
     let line = strip_prefix(line.trim());
     if line.starts_with(HEADER) {
         return Line::Header;
@@ -231,22 +233,30 @@ pub const MAX_RECORDS: usize = 1 << 18;
 /// Why a streamed log could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ForensicsError {
+    /// Reading failed.
     #[error("cannot read log {name} after line {line}")]
     Io {
+        /// The caller's name for the log.
         name: String,
+        /// Lines read before it failed.
         line: u64,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The log holds more records than forensics keeps.
     #[error(
         "{name}:{line}: more than {limit} {what}; forensics keeps at most MAX_RECORDS \
          ({limit}) per log"
     )]
     TooMany {
+        /// The caller's name for the log.
         name: String,
+        /// The line of the record past the limit.
         line: u64,
         /// `distinct failed reserves (size, phase, message shape)` or `deaths`.
         what: &'static str,
+        /// The most kept ([`MAX_RECORDS`] unless the reader was given less).
         limit: usize,
     },
 }
@@ -294,7 +304,7 @@ impl LogReader {
     }
 
     /// The same reader with another cap on groups and deaths.
-    pub fn with_limit(mut self, limit: usize) -> Self {
+    pub(crate) fn with_limit(mut self, limit: usize) -> Self {
         self.limit = limit;
         self
     }
@@ -479,7 +489,7 @@ impl LogForensics {
 
 /// Bytes in the largest binary unit that divides them exactly (`32 MiB`, `1 GiB`, `81920 B`
 /// stays `80 KiB`); sizes in logs are exact, so no rounding.
-pub fn exact_bytes(bytes: u64) -> String {
+pub(crate) fn exact_bytes(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (unit, name) in UNITS {
         if bytes >= unit && bytes.is_multiple_of(unit) {
@@ -492,6 +502,7 @@ pub fn exact_bytes(bytes: u64) -> String {
 /// One row of the incident table, as text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IncidentRow {
+    /// The log's name.
     pub log: String,
     /// `2 (appended)`, `≥1 (truncated)`, `1`.
     pub attempts: String,

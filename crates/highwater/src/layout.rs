@@ -14,8 +14,11 @@ use crate::pool::CUDA_ALIGNMENT;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// 4 bytes.
     F32,
+    /// 2 bytes, IEEE half.
     F16,
+    /// 2 bytes, bfloat16.
     Bf16,
 }
 

@@ -41,7 +41,7 @@ pub struct TensorId(pub usize);
 
 /// Compute class an op declares in burn-autodiff (`.compute_bound()` / `.memory_bound()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Bound {
+pub(crate) enum Bound {
     /// Expensive to recompute: matmul, reductions, custom kernels.
     Compute,
     /// Cheap to recompute: elementwise, slices, reshapes.
@@ -60,7 +60,14 @@ pub enum Op {
     /// `matmul` / `Linear::forward` without bias.
     Matmul,
     /// `slice` on one dimension with step 1.
-    Slice { dim: usize, start: u64, end: u64 },
+    Slice {
+        /// The dimension sliced.
+        dim: usize,
+        /// First index kept.
+        start: u64,
+        /// One past the last.
+        end: u64,
+    },
     /// `add_scalar`, `sub_scalar`, `mul_scalar`, `div_scalar`.
     Scalar(&'static str),
     /// `add`, `sub`.
@@ -78,7 +85,9 @@ pub enum Op {
     /// A custom kernel (e.g. fused SiTU): compute-bound, keeps the inputs it names, and its
     /// backward allocates the listed temporaries besides the input gradients.
     Custom {
+        /// The kernel's name.
         name: String,
+        /// Buffers its backward allocates besides the input gradients.
         backward_temps: Vec<Shape>,
     },
 }
@@ -343,13 +352,19 @@ pub enum Kept {
 /// One row of the per-call table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LedgerRow {
+    /// The tensor the row is about.
     pub tensor: TensorId,
+    /// Its name in the graph (`gate = mid[:, :f]`…).
     pub name: String,
+    /// The op that made it, as burn names it.
     pub op: String,
+    /// Its shape.
     pub shape: Shape,
     /// Bytes the output reserves from the pool when it is a new buffer (0 otherwise).
     pub bytes: u64,
+    /// Where its memory comes from.
     pub storage: Storage,
+    /// Why it is, or is not, alive when backward starts.
     pub kept: Kept,
     /// A fresh buffer nobody keeps under this tensor's own name, held until backward because
     /// a later tensor was written into it (in place of a view of it) and is kept.
@@ -409,8 +424,11 @@ impl LedgerRow {
 /// The per-call table plus what the trace needs to replay the call.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Ledger {
+    /// The strategy whose rules were applied.
     pub checkpointing: Checkpointing,
+    /// The backend whose rules were applied.
     pub backend: Backend,
+    /// One row per tensor, in graph order.
     pub rows: Vec<LedgerRow>,
     /// Buffer owner of every tensor (itself, or the tensor whose buffer it shares).
     pub buffer_of: Vec<TensorId>,
@@ -423,7 +441,9 @@ pub struct Ledger {
     pub released_at_backward: Vec<TensorId>,
     /// The call's backward as pool events, replayed the way burn runs it (`ledger/backward.rs`).
     pub backward: Vec<BackwardEvent>,
+    /// The layer's outputs: the caller owns them after forward.
     pub outputs: Vec<TensorId>,
+    /// The parameters, with their bytes (a gradient's too).
     pub params: Vec<(TensorId, u64)>,
 }
 

@@ -171,7 +171,7 @@ pub fn quote(text: &str) -> Cow<'_, str> {
 /// A message written by another crate (toml, serde) that may quote input between backticks or
 /// double quotes (`unknown field `…``, `invalid type: string "…"`): every stretch between two
 /// such marks goes through [`quote`], then the whole is cut to [`MAX_MESSAGE_CHARS`].
-pub fn quote_message(message: &str) -> String {
+pub(crate) fn quote_message(message: &str) -> String {
     let mut out = String::with_capacity(message.len().min(4 * MAX_MESSAGE_CHARS));
     let mut rest = message;
     while let Some(at) = rest.find(['`', '"']) {

@@ -1,9 +1,10 @@
 //! Recipes: what was trained, on which card. Read in two stages, as ripgrep reads its
-//! arguments: [`RecipeFile`] is the TOML as written (serde, unknown keys refused), [`Recipe`]
+//! arguments: `RecipeFile` is the TOML as written (serde, unknown keys refused), [`Recipe`]
 //! is what the simulator may trust (every count non-zero, every size fits in a `u64`, the card
 //! holds at least the weights). The library never opens files: callers pass the text and a
 //! name for it.
 
+use basics::{GAMMA, line_of, mix};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
@@ -79,82 +80,82 @@ impl Optimizer {
 /// `[model]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ModelFile {
-    pub batch: Spanned<u64>,
-    pub seq_len: Spanned<u64>,
-    pub d_model: Spanned<u64>,
-    pub d_ffn: Spanned<u64>,
-    pub n_experts: Spanned<u64>,
-    pub max_iter: Spanned<u64>,
-    pub dtype: DType,
-    pub activation: Activation,
+struct ModelFile {
+    batch: Spanned<u64>,
+    seq_len: Spanned<u64>,
+    d_model: Spanned<u64>,
+    d_ffn: Spanned<u64>,
+    n_experts: Spanned<u64>,
+    max_iter: Spanned<u64>,
+    dtype: DType,
+    activation: Activation,
 }
 
 /// `[training]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TrainingFile {
-    pub checkpointing: Checkpointing,
-    pub backend: Backend,
-    pub optimizer: Optimizer,
-    pub steps: Spanned<u64>,
-    pub seeds: Spanned<Vec<u64>>,
-    pub loss_read_every: Spanned<u64>,
+struct TrainingFile {
+    checkpointing: Checkpointing,
+    backend: Backend,
+    optimizer: Optimizer,
+    steps: Spanned<u64>,
+    seeds: Spanned<Vec<u64>>,
+    loss_read_every: Spanned<u64>,
 }
 
 /// `[card]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CardFile {
-    pub total_bytes: Spanned<u64>,
-    pub desktop_bytes: Spanned<u64>,
-    pub cuda_context_bytes: Spanned<u64>,
+struct CardFile {
+    total_bytes: Spanned<u64>,
+    desktop_bytes: Spanned<u64>,
+    cuda_context_bytes: Spanned<u64>,
 }
 
 /// `[rest_of_model]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RestFile {
-    pub live_bytes: Spanned<u64>,
-    pub tensor_bytes: Spanned<u64>,
-    pub params: Spanned<u64>,
-    pub persistent_bytes: Spanned<u64>,
+struct RestFile {
+    live_bytes: Spanned<u64>,
+    tensor_bytes: Spanned<u64>,
+    params: Spanned<u64>,
+    persistent_bytes: Spanned<u64>,
 }
 
 /// `[jitter]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct JitterFile {
-    pub step_probability: Spanned<f64>,
-    pub late_releases: Spanned<u64>,
-    pub max_lag: Spanned<u64>,
+struct JitterFile {
+    step_probability: Spanned<f64>,
+    late_releases: Spanned<u64>,
+    max_lag: Spanned<u64>,
 }
 
 /// `[workload]` as written; every key optional.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WorkloadFile {
-    pub seq_len_min: Option<Spanned<u64>>,
-    pub pad_to: Option<Spanned<u64>>,
-    pub eval_every: Option<Spanned<u64>>,
-    pub eval_batch: Option<Spanned<u64>>,
-    pub eval_seq_len: Option<Spanned<u64>>,
-    pub loader_every: Option<Spanned<u64>>,
-    pub sync: Option<SyncMode>,
-    pub cleanup_every: Option<Spanned<u64>>,
+struct WorkloadFile {
+    seq_len_min: Option<Spanned<u64>>,
+    pad_to: Option<Spanned<u64>>,
+    eval_every: Option<Spanned<u64>>,
+    eval_batch: Option<Spanned<u64>>,
+    eval_seq_len: Option<Spanned<u64>>,
+    loader_every: Option<Spanned<u64>>,
+    sync: Option<SyncMode>,
+    cleanup_every: Option<Spanned<u64>>,
 }
 
 /// Stage one: the file as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecipeFile {
-    pub model: ModelFile,
-    pub training: TrainingFile,
-    pub card: CardFile,
-    pub rest_of_model: RestFile,
-    pub jitter: JitterFile,
+struct RecipeFile {
+    model: ModelFile,
+    training: TrainingFile,
+    card: CardFile,
+    rest_of_model: RestFile,
+    jitter: JitterFile,
     #[serde(default)]
-    pub workload: WorkloadFile,
+    workload: WorkloadFile,
 }
 
 /// What is wrong with a recipe, and where.
@@ -163,16 +164,23 @@ pub enum RecipeError {
     /// Not TOML, or not the recipe's shape (unknown key, missing key, wrong type).
     #[error("{origin}:{line}: {reason}")]
     Syntax {
+        /// The file (or the name the text was given).
         origin: String,
+        /// 1-based.
         line: usize,
+        /// The TOML reader's message.
         reason: String,
     },
     /// Well-formed but impossible.
     #[error("{origin}:{line}: `{field}` {reason}")]
     Invalid {
+        /// The file (or the name the text was given).
         origin: String,
+        /// 1-based: the offending value's line.
         line: usize,
+        /// The key, as written (`model.batch`).
         field: &'static str,
+        /// What is wrong with its value.
         reason: String,
     },
 }
@@ -249,15 +257,19 @@ pub struct Workload {
     /// Dynamic padding: each step's sequence length is drawn, seeded, from
     /// `[seq_len_min, seq_len]` and rounded up to a multiple of `pad_to` (at most `seq_len`).
     pub seq_len_min: u64,
+    /// See `seq_len_min`; 1: no rounding.
     pub pad_to: u64,
     /// An evaluation pass (forward only, its own batch shape) after every this many steps; 0:
     /// none.
     pub eval_every: u64,
+    /// The evaluation's batch.
     pub eval_batch: u64,
+    /// The evaluation's sequence length.
     pub eval_seq_len: u64,
     /// The batches are made on a loader thread, a new one every this many steps (an epoch of a
     /// multi-threaded data loader); 0: the training thread makes them.
     pub loader_every: u64,
+    /// When the trainer waits for the device.
     pub sync: SyncMode,
     /// `memory_cleanup` (every free page back to the driver) after every this many steps; 0:
     /// never, as burn never calls it.
@@ -306,24 +318,41 @@ type Product<'a> = dyn Fn(&[(&'static str, &Spanned<u64>)], &str) -> Result<u64,
 pub struct Recipe {
     /// Where it came from (a file name, or whatever the caller says).
     pub origin: String,
+    /// Sequences per step.
     pub batch: u64,
+    /// Positions per sequence.
     pub seq_len: u64,
+    /// Width of the expert stack's input and output.
     pub d_model: u64,
+    /// Hidden width of one expert FFN (`f`).
     pub d_ffn: u64,
+    /// Experts in the stack.
     pub n_experts: u64,
+    /// Times the stack is looped per forward.
     pub max_iter: u64,
+    /// Element type of weights and activations.
     pub dtype: DType,
+    /// The expert FFN's activation: the arm.
     pub activation: Activation,
+    /// burn's checkpoint strategy.
     pub checkpointing: Checkpointing,
+    /// The burn-cubecl backend the step runs on.
     pub backend: Backend,
+    /// Whose state sits beside the weights.
     pub optimizer: Optimizer,
+    /// Training steps per run.
     pub steps: u64,
+    /// One run per seed.
     pub seeds: Vec<u64>,
     /// The trainer reads the loss (a device sync) every this many steps.
     pub loss_read_every: u64,
+    /// The card and what others hold on it.
     pub card: Card,
+    /// The layers not modelled op by op (`[rest_of_model]`).
     pub rest: RestOfModel,
+    /// How often, and how late, releases reach the pool.
     pub jitter: Jitter,
+    /// How the trainer feeds and paces the step.
     pub workload: Workload,
 }
 
@@ -353,13 +382,7 @@ impl Recipe {
         if w.seq_len_min >= self.seq_len {
             return self.seq_len;
         }
-        let mut z = seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(step)
-            .wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
+        let z = mix(seed.wrapping_mul(GAMMA).wrapping_add(step));
         let drawn = w.seq_len_min + z % (self.seq_len - w.seq_len_min + 1);
         drawn
             .div_ceil(w.pad_to)
@@ -758,15 +781,6 @@ pub(crate) fn from_toml<T: DeserializeOwned>(origin: &str, text: &str) -> Result
     })
 }
 
-/// 1-based line of byte offset `at` in `text`.
-pub(crate) fn line_of(text: &str, at: usize) -> usize {
-    text.as_bytes()[..at.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -824,6 +838,19 @@ mod tests {
         );
         assert_ne!(a, b, "the schedule follows the seed");
         assert_eq!(a, lengths(1), "and only the seed");
+    }
+
+    #[test]
+    fn dynamic_lengths_are_pinned() {
+        // Pinned: the wall's recorded reruns drew these lengths on the GPU.
+        let r = with_workload("seq_len_min = 1").unwrap();
+        let first: Vec<u64> = (1..=8).map(|s| r.seq_len_at(1, s)).collect();
+        assert_eq!(first, [104, 67, 394, 49, 249, 410, 29, 2]);
+        let sum = |seed| (1..=1000).fold(0u64, |h, s| h.wrapping_mul(31) ^ r.seq_len_at(seed, s));
+        assert_eq!(
+            [sum(1), sum(u64::MAX)],
+            [1787878381131048927, 9388569711452266364]
+        );
     }
 
     #[test]

@@ -18,9 +18,13 @@ pub type Buf = u32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
+    /// Before step one: weights and fixed buffers.
     Init,
+    /// The forward pass, to the loss.
     Forward,
+    /// `backward()`.
     Backward,
+    /// The optimizer's step.
     Optimizer,
     /// Between steps: an evaluation pass (forward only) or a cleanup (`[workload]`).
     Eval,
@@ -30,15 +34,23 @@ pub enum Phase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Event {
     /// Reserve `bytes` for buffer `buf`.
-    Alloc { buf: Buf, bytes: u64 },
+    Alloc {
+        /// The buffer.
+        buf: Buf,
+        /// Its size.
+        bytes: u64,
+    },
     /// Drop buffer `buf`.
-    Free { buf: Buf },
+    Free {
+        /// The buffer.
+        buf: Buf,
+    },
     /// The step enters a phase.
     Phase(Phase),
 }
 
 /// What a run allocates before step one, in the persistent pool: weights and fixed buffers.
-pub fn init_allocs(recipe: &Recipe) -> Vec<u64> {
+pub(crate) fn init_allocs(recipe: &Recipe) -> Vec<u64> {
     param_tensors(recipe)
         .into_iter()
         .chain((recipe.rest.persistent_bytes > 0).then_some(recipe.rest.persistent_bytes))
@@ -47,7 +59,7 @@ pub fn init_allocs(recipe: &Recipe) -> Vec<u64> {
 
 /// Bytes of every parameter tensor: each expert's gate_up and down, then the rest of the model
 /// as one tensor.
-pub fn param_tensors(recipe: &Recipe) -> Vec<u64> {
+pub(crate) fn param_tensors(recipe: &Recipe) -> Vec<u64> {
     let dt = recipe.dtype;
     let mut v = vec![];
     for _ in 0..recipe.n_experts {
@@ -63,6 +75,7 @@ pub fn param_tensors(recipe: &Recipe) -> Vec<u64> {
 /// The events of one step.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StepTrace {
+    /// In program order.
     pub events: Vec<Event>,
     /// Buffers `0..persistent` are optimizer state created on the first step and never freed.
     pub persistent: Buf,

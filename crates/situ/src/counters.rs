@@ -59,8 +59,11 @@ pub(crate) static FUSED: PathCounters = PathCounters::new();
 /// One path's counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PathCounts {
+    /// Calls into the path.
     pub entry: u64,
+    /// Forward launches (kernels, or the tensor path's ops).
     pub fwd: u64,
+    /// Backward launches (kernels, or the tensor path's completed backwards).
     pub bwd: u64,
 }
 
@@ -84,7 +87,9 @@ impl std::ops::Sub for PathCounts {
 /// Both paths' counts at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SituCounts {
+    /// The tensor path's.
     pub tensor: PathCounts,
+    /// The fused path's.
     pub fused: PathCounts,
 }
 

@@ -27,7 +27,7 @@ use crate::counters::FUSED;
 use crate::fused::SituBackend;
 
 /// Units per cube.
-pub const CUBE_UNITS: u32 = 256;
+pub(crate) const CUBE_UNITS: u32 = 256;
 
 #[cube(launch_unchecked)]
 fn situ_forward_kernel<F: Float, N: Size>(

@@ -82,6 +82,7 @@ pub struct DecoderStep<B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> DecoderStep<B> {
+    /// A fresh decoder for `recipe` on `device`, with Adam's state empty.
     pub fn new(recipe: &Recipe, device: &B::Device) -> Self {
         DecoderStep {
             recipe: recipe.clone(),
@@ -91,6 +92,7 @@ impl<B: AutodiffBackend> DecoderStep<B> {
         }
     }
 
+    /// The model as trained so far.
     pub fn model(&self) -> &Decoder<B> {
         self.model
             .as_ref()

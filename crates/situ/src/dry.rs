@@ -51,6 +51,7 @@ pub fn pool_usage<B: burn::tensor::backend::Backend<Device = DryDevice>>(
 /// How to run dry: how long, and on how much of the card.
 #[derive(Debug, Clone)]
 pub struct DryPlan {
+    /// Training steps.
     pub steps: u64,
     /// Seeds the backend before the step is built (values only: no byte depends on it).
     pub seed: u64,
@@ -65,8 +66,11 @@ pub struct DryPlan {
 /// A page the card refused, placed in the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refusal {
+    /// 1-based.
     pub step: u64,
+    /// The phase that asked.
     pub phase: Phase,
+    /// The page and what the card had left.
     pub out_of_memory: OutOfMemory,
 }
 
@@ -79,6 +83,7 @@ pub struct DryOutcome {
     /// Per completed step: the most bytes in use at any moment of it, and the pages held at
     /// its end (what a GPU run cannot read without stopping at every reservation).
     pub peak_in_use: Vec<u64>,
+    /// Per completed step: the pages held at its end.
     pub pages: Vec<u32>,
     /// Where the first refused page stopped (or would have stopped) a GPU run.
     pub died: Option<MeasuredDeath>,
@@ -180,7 +185,9 @@ pub fn dry_decoder(
 /// A model the dry run trains from its recipe file: a decoder, or the wave's expert stack.
 #[derive(Debug, Clone)]
 pub enum Model {
+    /// A decoder-only transformer (`repro/models/*.toml`).
     Decoder(highwater::decoder::Decoder),
+    /// The wave's expert stack and the rest of its model (`repro/recipes/*.toml`).
     Wave(Recipe),
 }
 
@@ -195,6 +202,7 @@ impl Model {
         }
     }
 
+    /// Sequences per step.
     pub fn batch(&self) -> u64 {
         match self {
             Model::Decoder(d) => d.batch,
@@ -210,6 +218,7 @@ impl Model {
         }
     }
 
+    /// The backend and checkpointing its file names.
     pub fn backend(&self) -> (Backend, Checkpointing) {
         match self {
             Model::Decoder(d) => (d.backend, d.checkpointing),
@@ -490,20 +499,28 @@ impl<B: burn::tensor::backend::Backend<Device = DryDevice>> PoolProbe for DryPro
 /// Why a recorded run cannot be replayed dry.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
+    /// The recipe text kept in the record does not parse now.
     #[error("the recorded recipe does not parse")]
     Recipe(#[from] highwater::recipe::RecipeError),
+    /// The card profile is not the recording card's.
     #[error(
         "the run was recorded on a card of {recorded} bytes, the profile is of one of {profile} \
          (the pools' page sizes follow the total)"
     )]
-    OtherCard { recorded: u64, profile: u64 },
+    OtherCard {
+        /// The recording card's total bytes.
+        recorded: u64,
+        /// The profile's.
+        profile: u64,
+    },
+    /// The GPU's autotune cache could not be installed.
     #[error(transparent)]
     Autotune(#[from] AutotuneError),
 }
 
 /// What replays a run recorded by `highwater rerun`: its recipe with the run's overrides, and
 /// its steps, seed, what its pools could take, its loss reads.
-pub fn plan_for(record: &RerunRecord) -> Result<(Recipe, DryPlan), ReplayError> {
+pub(crate) fn plan_for(record: &RerunRecord) -> Result<(Recipe, DryPlan), ReplayError> {
     let plan = recorded_plan(
         &record.steps,
         record.steps_asked,

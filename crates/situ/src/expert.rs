@@ -21,7 +21,9 @@ pub fn activation<B: SituBackend>(mid: Tensor<B, 2>, path: Activation, cap: f32)
 /// builds: `x [N, d]`, `w_gate_up [d, gate_up_width]`, `w_down [f, d]`.
 #[derive(Debug, Clone)]
 pub struct Expert<B: Backend> {
+    /// `[d, gate_up_width]`.
     pub w_gate_up: Tensor<B, 2>,
+    /// `[f, d]`.
     pub w_down: Tensor<B, 2>,
 }
 
@@ -37,9 +39,13 @@ impl<B: SituBackend> Expert<B> {
 /// `max_iter` times: `n_experts × max_iter` expert calls per forward, as `Recipe::calls` counts.
 #[derive(Debug, Clone)]
 pub struct ExpertStack<B: Backend> {
+    /// Applied in this order.
     pub experts: Vec<Expert<B>>,
+    /// Times the whole stack runs per forward.
     pub max_iter: usize,
+    /// Which activation every expert runs.
     pub activation: Activation,
+    /// The SiTU soft-cap ([`crate::SOFT_CAP`]).
     pub cap: f32,
 }
 
@@ -74,7 +80,7 @@ impl<B: SituBackend> ExpertStack<B> {
 
     /// The same weights, another path (the gate compares paths on identical weights). Fails
     /// when the gate_up width differs (silu uses `f`, SiTU `2f`).
-    pub fn with_activation(&self, activation: Activation) -> Self {
+    pub(crate) fn with_activation(&self, activation: Activation) -> Self {
         ExpertStack {
             activation,
             ..self.clone()

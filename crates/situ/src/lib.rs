@@ -51,6 +51,7 @@ pub mod counters;
 pub mod decoder;
 mod expert;
 mod fused;
+pub mod gate;
 pub mod reference;
 mod tensor_path;
 pub mod train;

@@ -13,14 +13,14 @@
 //! `mid` is row-major `[n, 2f]`: row `r` holds the gate in columns `0..f` and up in `f..2f`.
 
 /// `h` at one position.
-pub fn forward_elem(g: f64, u: f64, cap: f64) -> f64 {
+pub(crate) fn forward_elem(g: f64, u: f64, cap: f64) -> f64 {
     let gc = cap * (g / cap).tanh();
     let uc = cap * (u / cap).tanh();
     sigmoid(gc) * gc * uc
 }
 
 /// `(∂L/∂g, ∂L/∂u)` at one position, given `dh = ∂L/∂h`.
-pub fn backward_elem(g: f64, u: f64, dh: f64, cap: f64) -> (f64, f64) {
+pub(crate) fn backward_elem(g: f64, u: f64, dh: f64, cap: f64) -> (f64, f64) {
     let (tg, tu) = ((g / cap).tanh(), (u / cap).tanh());
     let (gc, uc) = (cap * tg, cap * tu);
     let s = sigmoid(gc);
@@ -73,13 +73,14 @@ pub fn rel_err(a: &[f64], b: &[f64]) -> f64 {
     (num / den).sqrt()
 }
 
-/// SplitMix64: a small seeded generator for test inputs (no `rand` dependency).
+/// [`basics::SplitMix64`] with the draws the models' weights and the gate's inputs take.
 #[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
+pub struct SplitMix64(basics::SplitMix64);
 
 impl SplitMix64 {
+    /// A generator for `seed`.
     pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
+        SplitMix64(basics::SplitMix64::new(seed))
     }
 
     /// A seed that differs from run to run (clock and address entropy).
@@ -95,18 +96,15 @@ impl SplitMix64 {
         nanos ^ ((&local as *const u8 as u64).rotate_left(32)) ^ u64::from(std::process::id())
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `[lo, hi)`, never exactly zero (zeros hide missing terms in a gradient).
     pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         loop {
-            let x = lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64);
+            let x = lo + (hi - lo) * self.0.unit();
             if x.abs() > 1e-3 * (hi - lo).abs() {
                 return x;
             }
@@ -148,6 +146,29 @@ mod tests {
                 "g={g} u={u}: {du} vs {fd_u}"
             );
         }
+    }
+
+    #[test]
+    fn draws_are_pinned() {
+        // Pinned: the expert weights (`ExpertStack::from_recipe`) and the gate's inputs.
+        let mut rng = SplitMix64::new(42);
+        let bits: Vec<u64> = (0..3).map(|_| rng.next_u64()).collect();
+        assert_eq!(
+            bits,
+            [
+                13679457532755275413,
+                2949826092126892291,
+                5139283748462763858
+            ]
+        );
+        assert_eq!(
+            rng.vec(3, -1.0, 1.0),
+            [
+                -0.31161856695272494,
+                -0.9239396629195076,
+                0.7364561530930647
+            ]
+        );
     }
 
     #[test]

@@ -33,12 +33,15 @@ pub type Fused = burn_cuda::Cuda<f32, i32>;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RerunPlan {
-    /// As given on the command line, and the file's text.
+    /// As given on the command line.
     pub recipe_path: String,
+    /// The file's text.
     pub recipe_toml: String,
     /// Parsed, overrides applied (activation, checkpointing, backend).
     pub recipe: Recipe,
+    /// Training steps.
     pub steps: u64,
+    /// The seed of the weights and the batches.
     pub seed: u64,
     /// Emulate a card that leaves the process this many bytes.
     pub cap: Option<u64>,
@@ -48,21 +51,33 @@ pub struct RerunPlan {
 
 /// Follows a rerun as it goes (a progress bar, log lines).
 pub trait Observer {
+    /// The device is up, its memory measured (and the cap's ballast held).
     fn started(&mut self, _device: &DeviceMemory) {}
+    /// A step completed; `counters` is the path counters' log field.
     fn step(&mut self, _step: &MeasuredStep, _counters: &str) {}
+    /// The run died.
     fn died(&mut self, _death: &MeasuredDeath) {}
 }
 
 /// Why a rerun could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RerunError {
+    /// The driver refused what the rerun needs before training (its message).
     #[error("CUDA driver: {0}")]
     Driver(String),
+    /// The ballast that emulates a smaller card does not fit.
     #[error(
         "--cap {cap} cannot be emulated: holding back total - cap needs more than the {free} \
          bytes free of {total}"
     )]
-    Cap { cap: u64, free: u64, total: u64 },
+    Cap {
+        /// The card asked for, in bytes.
+        cap: u64,
+        /// Free on the device.
+        free: u64,
+        /// The device's total.
+        total: u64,
+    },
 }
 
 /// Runs `plan` on GPU 0 and returns its record, headed by `provenance`.
@@ -107,13 +122,15 @@ pub fn rerun(
 /// A decoder to train on the GPU.
 #[derive(Debug, Clone)]
 pub struct DecoderPlan {
-    /// As given on the command line, and the file's text.
+    /// As given on the command line.
     pub decoder_path: String,
+    /// The file's text.
     pub decoder_toml: String,
     /// Parsed, overrides applied (batch, backend, checkpointing, steps, seed).
     pub decoder: highwater::decoder::Decoder,
     /// Emulate a card that leaves the process this many bytes.
     pub cap: Option<u64>,
+    /// Read the loss back every this many steps (a trainer's log line).
     pub log_every: u64,
 }
 

@@ -116,6 +116,7 @@ impl<B: AutodiffBackend + SituBackend + RestOfModelBackend> TrainBackend for B {
 /// The model: the expert stack and the rest of the model's parameters and buffers.
 #[derive(Debug)]
 pub struct Model<B: Backend> {
+    /// The experts, modelled op by op.
     pub stack: ExpertStack<B>,
     /// `[rest_of_model.params]`, trained; `None` when the recipe has none.
     pub rest_params: Option<Tensor<B, 1>>,
@@ -157,6 +158,7 @@ pub struct Trainer<B: AutodiffBackend, S> {
 }
 
 impl<B: AutodiffBackend, S: TrainingStep<B>> Trainer<B, S> {
+    /// A trainer before its first step.
     pub fn new(program: S) -> Self {
         Trainer {
             program,
@@ -287,6 +289,7 @@ impl<B: TrainBackend> WaveStep<B> {
         }
     }
 
+    /// The model as trained so far.
     pub fn model(&self) -> &Model<B> {
         &self.model
     }

@@ -32,7 +32,9 @@ pub enum Verdict {
 /// How long a fuzz test runs.
 #[derive(Debug, Clone, Copy)]
 pub enum Budget {
+    /// This many mutated cases (after the seeds themselves).
     Cases(u64),
+    /// As many cases as fit in this long.
     Time(Duration),
 }
 
@@ -51,11 +53,15 @@ impl Budget {
 /// What a run found.
 #[derive(Debug, Default)]
 pub struct Tally {
+    /// Inputs checked, the seeds included.
     pub cases: u64,
+    /// Of those, [`Verdict::Accepted`].
     pub accepted: u64,
+    /// Of those, [`Verdict::Refused`].
     pub refused: u64,
     /// `case N (from SEED): message`, with the input saved beside.
     pub panics: Vec<String>,
+    /// The longest one case took: a slow case is a hang in the making.
     pub slowest: Duration,
 }
 

@@ -41,16 +41,35 @@ use crate::recipe::Backend;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum BackwardEvent {
     /// A new buffer: a gradient, a recomputed output, a temporary.
-    Alloc { buf: u32, bytes: u64 },
+    Alloc {
+        /// The buffer's number in this pass.
+        buf: u32,
+        /// Its size.
+        bytes: u64,
+    },
     /// The last handle on a buffer of this pass dropped.
-    Free { buf: u32 },
+    Free {
+        /// The buffer's number in this pass.
+        buf: u32,
+    },
     /// The last handle on a buffer held since forward (by its owner) dropped.
-    FreeHeld { owner: TensorId },
+    FreeHeld {
+        /// The tensor that owns the buffer.
+        owner: TensorId,
+    },
     /// The gradient of a parameter (index into [`super::Ledger::params`]), registered for the
     /// optimizer: the buffer leaves the call.
-    ParamGrad { param: usize, buf: u32 },
+    ParamGrad {
+        /// Index into [`super::Ledger::params`].
+        param: usize,
+        /// The gradient's buffer.
+        buf: u32,
+    },
     /// The gradient of the call's input, registered for upstream: the buffer leaves the call.
-    InputGrad { buf: u32 },
+    InputGrad {
+        /// The gradient's buffer.
+        buf: u32,
+    },
 }
 
 /// What the replay needs from the forward analysis.

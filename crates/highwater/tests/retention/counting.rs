@@ -16,7 +16,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering::Relaxed};
 
 /// Blocks at least this big are tracked one by one (every tensor in the graphs is ≥ 8 KiB).
-pub const LARGE: usize = 4096;
+pub(crate) const LARGE: usize = 4096;
 const SLOTS: usize = 1024;
 
 struct Counter;
@@ -108,7 +108,7 @@ unsafe impl GlobalAlloc for Counter {
 
 /// What the process added to the heap between [`Counting::start`] and [`Counting::finish`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Net bytes.
     pub bytes: isize,
     /// Net allocations.
@@ -119,12 +119,12 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Net bytes not in large blocks: autodiff's bookkeeping.
-    pub fn small_bytes(&self) -> isize {
+    pub(crate) fn small_bytes(&self) -> isize {
         self.bytes - self.large.iter().sum::<usize>() as isize
     }
 
     /// One line for the parent process: `bytes count size size …`.
-    pub fn to_line(&self) -> String {
+    pub(crate) fn to_line(&self) -> String {
         let mut s = format!("{} {}", self.bytes, self.count);
         for l in &self.large {
             s += &format!(" {l}");
@@ -133,7 +133,7 @@ impl Snapshot {
     }
 
     /// Reads [`Snapshot::to_line`].
-    pub fn from_line(line: &str) -> Snapshot {
+    pub(crate) fn from_line(line: &str) -> Snapshot {
         let mut it = line.split_whitespace();
         let mut int = || it.next().and_then(|w| w.parse::<isize>().ok());
         let (bytes, count) = (int().expect("bytes"), int().expect("count"));
@@ -150,10 +150,10 @@ impl Snapshot {
 }
 
 /// Process-wide counting, from zero, until [`Counting::finish`] (or drop).
-pub struct Counting(());
+pub(crate) struct Counting(());
 
 impl Counting {
-    pub fn start() -> Counting {
+    pub(crate) fn start() -> Counting {
         assert!(!ON.load(Relaxed), "counting is already on");
         BYTES.store(0, Relaxed);
         COUNT.store(0, Relaxed);
@@ -167,7 +167,7 @@ impl Counting {
     }
 
     /// Stops counting and returns the net growth since [`Counting::start`].
-    pub fn finish(self) -> Snapshot {
+    pub(crate) fn finish(self) -> Snapshot {
         ON.store(false, Relaxed);
         assert!(
             !OVERFLOW.load(Relaxed),

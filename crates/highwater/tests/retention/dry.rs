@@ -27,7 +27,7 @@ type DryFusion = burn_fusion::Fusion<DryCube>;
 
 /// What forward leaves in the pool, over the leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Forward {
+pub(crate) struct Forward {
     /// Buffers alive when forward ends: kept for backward, and the output.
     pub buffers: u64,
     /// Their bytes.
@@ -37,7 +37,7 @@ pub struct Forward {
 }
 
 /// The ledger's [`Forward`]: its held buffers and the output's, and its forward peak.
-pub fn predicted(l: &Ledger) -> Forward {
+pub(crate) fn predicted(l: &Ledger) -> Forward {
     let bytes_of = |owner: highwater::TensorId| l.rows[owner.0].bytes;
     let mut alive: Vec<(highwater::TensorId, u64)> = l.held.clone();
     for o in &l.outputs {

@@ -14,7 +14,7 @@ use super::counting::{Counting, LARGE, Snapshot};
 
 /// A value of a [`Program`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct V(usize);
+pub(crate) struct V(usize);
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -67,7 +67,7 @@ impl Op {
 /// A straight-line f32 graph of 2-D tensors (a `sum` may only be the output), mirroring the
 /// [`Graph`] builder call for call.
 #[derive(Debug, Clone, Default)]
-pub struct Program {
+pub(crate) struct Program {
     ops: Vec<(String, Op)>,
     output: Option<V>,
 }
@@ -80,46 +80,46 @@ impl Program {
         self.ops.push((name.to_string(), op));
         V(self.ops.len() - 1)
     }
-    pub fn input(&mut self, name: &str, shape: [usize; 2], tracked: bool) -> V {
+    pub(crate) fn input(&mut self, name: &str, shape: [usize; 2], tracked: bool) -> V {
         self.push(name, Op::Input { shape, tracked })
     }
-    pub fn param(&mut self, name: &str, shape: [usize; 2]) -> V {
+    pub(crate) fn param(&mut self, name: &str, shape: [usize; 2]) -> V {
         self.push(name, Op::Param { shape })
     }
-    pub fn matmul(&mut self, name: &str, a: V, b: V) -> V {
+    pub(crate) fn matmul(&mut self, name: &str, a: V, b: V) -> V {
         self.push(name, Op::Matmul(a, b))
     }
-    pub fn tanh(&mut self, name: &str, a: V) -> V {
+    pub(crate) fn tanh(&mut self, name: &str, a: V) -> V {
         self.push(name, Op::Tanh(a))
     }
-    pub fn exp(&mut self, name: &str, a: V) -> V {
+    pub(crate) fn exp(&mut self, name: &str, a: V) -> V {
         self.push(name, Op::Exp(a))
     }
-    pub fn sigmoid(&mut self, name: &str, a: V) -> V {
+    pub(crate) fn sigmoid(&mut self, name: &str, a: V) -> V {
         self.push(name, Op::Sigmoid(a))
     }
-    pub fn silu(&mut self, name: &str, a: V) -> V {
+    pub(crate) fn silu(&mut self, name: &str, a: V) -> V {
         self.push(name, Op::Silu(a))
     }
-    pub fn mul(&mut self, name: &str, a: V, b: V) -> V {
+    pub(crate) fn mul(&mut self, name: &str, a: V, b: V) -> V {
         self.push(name, Op::Mul(a, b))
     }
-    pub fn add(&mut self, name: &str, a: V, b: V) -> V {
+    pub(crate) fn add(&mut self, name: &str, a: V, b: V) -> V {
         self.push(name, Op::Add(a, b))
     }
-    pub fn mul_scalar(&mut self, name: &str, a: V) -> V {
+    pub(crate) fn mul_scalar(&mut self, name: &str, a: V) -> V {
         self.push(name, Op::MulScalar(a))
     }
-    pub fn div_scalar(&mut self, name: &str, a: V) -> V {
+    pub(crate) fn div_scalar(&mut self, name: &str, a: V) -> V {
         self.push(name, Op::DivScalar(a))
     }
-    pub fn slice(&mut self, name: &str, t: V, dim: usize, start: usize, end: usize) -> V {
+    pub(crate) fn slice(&mut self, name: &str, t: V, dim: usize, start: usize, end: usize) -> V {
         self.push(name, Op::Slice { t, dim, start, end })
     }
-    pub fn sum(&mut self, name: &str, a: V) -> V {
+    pub(crate) fn sum(&mut self, name: &str, a: V) -> V {
         self.push(name, Op::Sum(a))
     }
-    pub fn output(&mut self, v: V) {
+    pub(crate) fn output(&mut self, v: V) {
         assert!(self.output.is_none(), "one output");
         self.output = Some(v);
     }
@@ -129,7 +129,7 @@ impl Program {
     }
 
     /// The same graph through highwater's builder, and the node of every value.
-    pub fn graph(&self) -> (Graph, Vec<TensorId>) {
+    pub(crate) fn graph(&self) -> (Graph, Vec<TensorId>) {
         let mut g = Graph::new(DType::F32);
         let mut id: Vec<TensorId> = Vec::with_capacity(self.ops.len());
         for (name, op) in &self.ops {
@@ -162,18 +162,18 @@ impl Program {
     }
 
     /// Ops that are not leaves.
-    pub fn ops(&self) -> usize {
+    pub(crate) fn ops(&self) -> usize {
         self.ops.iter().filter(|(_, op)| !op.is_leaf()).count()
     }
 
     /// Logical bytes of the output tensor.
-    pub fn output_bytes(&self) -> usize {
+    pub(crate) fn output_bytes(&self) -> usize {
         let (g, id) = self.graph();
         g.shape(id[self.out().0]).numel() as usize * 4
     }
 
     /// The ledger's prediction under `ckpt` (Cube backend: the unfused one).
-    pub fn ledger(&self, ckpt: Checkpointing) -> Ledger {
+    pub(crate) fn ledger(&self, ckpt: Checkpointing) -> Ledger {
         self.graph().0.ledger(ckpt, Backend::Cube)
     }
 
@@ -181,7 +181,7 @@ impl Program {
     /// the leaves (parameters and inputs: the model and the upstream layer own them) and the
     /// output, and returns what the forward pass left on the heap. Then runs backward (so the
     /// graph is complete and burn's global autodiff state is emptied again).
-    pub fn run<C: CheckpointStrategy>(&self) -> Snapshot {
+    pub(crate) fn run<C: CheckpointStrategy>(&self) -> Snapshot {
         self.run_on::<Autodiff<NdArray<f32>, C>, _, _>(
             &Default::default(),
             Counting::start,
@@ -192,7 +192,7 @@ impl Program {
     /// [`Program::run`] on any autodiff backend: `start` is called once the leaves exist,
     /// `finish` (with what `start` returned) once forward has run and the user code holds only
     /// the leaves and the output; backward runs after.
-    pub fn run_on<B: AutodiffBackend, S, M>(
+    pub(crate) fn run_on<B: AutodiffBackend, S, M>(
         &self,
         device: &B::Device,
         start: impl FnOnce() -> S,
@@ -309,7 +309,7 @@ impl Program {
 /// ledger's `held`, by buffer owner); burn-ndarray 0.21 copies every slice
 /// (`NdArrayOps::slice`: `slice_move(..).to_shared()` of a view), so there a kept slice keeps
 /// only its own elements.
-pub fn predicted(l: &Ledger) -> Vec<usize> {
+pub(crate) fn predicted(l: &Ledger) -> Vec<usize> {
     let logical = |t: TensorId| l.rows[t.0].shape.numel() as usize * 4;
     let mut sizes: Vec<usize> = kept(l).into_iter().map(logical).collect();
     for o in &l.outputs {
@@ -323,7 +323,7 @@ pub fn predicted(l: &Ledger) -> Vec<usize> {
 }
 
 /// Tensors the ledger says autodiff keeps until backward (not the caller's leaves).
-pub fn kept(l: &Ledger) -> Vec<TensorId> {
+pub(crate) fn kept(l: &Ledger) -> Vec<TensorId> {
     l.rows
         .iter()
         .filter(|r| matches!(r.kept, Kept::Saved(_) | Kept::Backup(_)))
@@ -332,7 +332,7 @@ pub fn kept(l: &Ledger) -> Vec<TensorId> {
 }
 
 /// Rows the ledger says are held until backward, for messages.
-pub fn held_rows(l: &Ledger) -> Vec<String> {
+pub(crate) fn held_rows(l: &Ledger) -> Vec<String> {
     l.rows
         .iter()
         .filter(|r| matches!(r.kept, Kept::Saved(_) | Kept::Backup(_)))
