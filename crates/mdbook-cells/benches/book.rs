@@ -1,7 +1,11 @@
 //! Build-time figures for this repository's book, printed (not asserted):
-//!   (a) a rebuild with every cell cached, against the same book with the preprocessor removed;
-//!   (b) editing one cell, then rebuilding (median of 5);
-//!   (c) a cold build from an empty cell cache (the cells' dependencies compiled from scratch).
+//!   (a) a rebuild with every cell cached, against the same book with the preprocessor removed
+//!       (goal ≤ 1.15 ×);
+//!   (b) editing one cell, then rebuilding (median of 5; goal ≤ 0.6 s);
+//!   (c) a cold build from an empty cell cache (the cells' dependencies compiled from scratch),
+//!       in strict mode (every cell must succeed, and pass rustfmt and clippy where the book
+//!       lints).
+//! (a) and (b) time what a writer waits for under `mdbook serve`: plain, not strict builds.
 //!
 //! `cargo bench -p mdbook-cells --bench book` (needs `mdbook` on PATH: README command 1).
 //! The book is copied to a scratch directory so that `src/` is never touched. The preprocessor
@@ -39,14 +43,14 @@ fn main() {
     let command = format!("sh {}", repo.join("scripts/mdbook-cells").display());
 
     println!("book: {}", repo.display());
-    let cold = mdbook(&with_cells, Some(&command));
+    let cold = mdbook(&with_cells, Some(&command), true);
     println!(
         "(c) cold build, empty cell cache:          {:>8.2} s",
         secs(cold)
     );
 
-    let cached = median((0..RUNS).map(|_| mdbook(&with_cells, Some(&command))));
-    let plain = median((0..RUNS).map(|_| mdbook(&without, None)));
+    let cached = median((0..RUNS).map(|_| mdbook(&with_cells, Some(&command), false)));
+    let plain = median((0..RUNS).map(|_| mdbook(&without, None, false)));
     println!(
         "(a) rebuild, every cell cached (median):   {:>8.3} s",
         secs(cached)
@@ -56,7 +60,7 @@ fn main() {
         secs(plain)
     );
     println!(
-        "    ratio:                                 {:>8.2} × (goal ≤ 1.3 ×)",
+        "    ratio:                                 {:>8.2} × (goal ≤ 1.15 ×)",
         secs(cached) / secs(plain)
     );
 
@@ -69,24 +73,25 @@ fn main() {
     let edits = (0..RUNS).map(|i| {
         let edited = original.replace("(8 * 512, 2048, 4)", &format!("(8 * 512, {}, 4)", 2049 + i));
         std::fs::write(&chapter, edited).unwrap();
-        mdbook(&with_cells, Some(&command))
+        mdbook(&with_cells, Some(&command), false)
     });
     let edit = median(edits);
     println!(
-        "(b) edit one cell, rebuild (median of {RUNS}):  {:>8.3} s (goal ≤ 2 s)",
+        "(b) edit one cell, rebuild (median of {RUNS}):  {:>8.3} s (goal ≤ 0.6 s)",
         secs(edit)
     );
 }
 
 /// `mdbook build` in `root`, with the cells preprocessor run by `command` if given (an
-/// environment override would re-create the preprocessor in the book without it).
-fn mdbook(root: &Path, command: Option<&str>) -> Duration {
+/// environment override would re-create the preprocessor in the book without it); every cell
+/// must succeed in a `strict` build.
+fn mdbook(root: &Path, command: Option<&str>, strict: bool) -> Duration {
     let start = Instant::now();
     let mut mdbook = Command::new("mdbook");
     mdbook
         .arg("build")
         .current_dir(root)
-        .env("MDBOOK_CELLS_STRICT", "1");
+        .env("MDBOOK_CELLS_STRICT", if strict { "1" } else { "0" });
     if let Some(command) = command {
         mdbook.env("MDBOOK_PREPROCESSOR__CELLS__COMMAND", command);
     }
