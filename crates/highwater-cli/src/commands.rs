@@ -5,9 +5,9 @@ use std::fs::File;
 use std::io::{BufReader, IsTerminal, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use highwater::forensics::{IncidentTable, LogForensics, LogReader, MAX_LINE_BYTES};
-use highwater::limits::{MAX_FIGURE_SEEDS, MAX_RECIPE_BYTES, quote};
+use highwater::limits::MAX_FIGURE_SEEDS;
 use highwater::recipe::written_name;
 use highwater::{Failure, Recipe, RunReport, Sink, StepRecord, simulate_with};
 use highwater_plot::{HighWaterChart, Series, format_bytes};
@@ -15,7 +15,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::args::{Cli, Command, ForensicsArgs, LedgerArgs, SimulateArgs};
-use crate::table::{Align, render};
+use crate::input::load_recipe;
+use crate::table::{Align, render, size};
 
 pub(crate) fn run(cli: Cli) -> Result<()> {
     match cli.command {
@@ -27,47 +28,6 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         #[cfg(feature = "cuda")]
         Command::Rerun(a) => crate::rerun::rerun(a),
     }
-}
-
-/// Reads and validates a recipe; errors name the file, line, field and reason, and quote
-/// the line.
-pub(crate) fn load_recipe(path: &Path) -> Result<Recipe> {
-    Ok(read_recipe(path)?.0)
-}
-
-/// [`load_recipe`], and the file's text.
-pub(crate) fn read_recipe(path: &Path) -> Result<(Recipe, String)> {
-    let origin = path.display().to_string();
-    let text = read_input(path, "recipe")?;
-    let recipe = Recipe::parse(&origin, &text).map_err(|e| {
-        let quoted = quoted_line(&text, e.line());
-        anyhow!(e).context(format!("invalid recipe {origin}{quoted}"))
-    })?;
-    Ok((recipe, text))
-}
-
-/// The text of a recipe or model file (`what` names it in errors), read no further than
-/// [`MAX_RECIPE_BYTES`]: a file past it is refused before it is read whole.
-pub(crate) fn read_input(path: &Path, what: &str) -> Result<String> {
-    use std::io::Read as _;
-    let origin = path.display().to_string();
-    let cannot = || format!("cannot read {what} {origin}");
-    let mut bytes = vec![];
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_RECIPE_BYTES.max + 1).read_to_end(&mut bytes))
-        .with_context(cannot)?;
-    if !MAX_RECIPE_BYTES.allows(bytes.len() as u64) {
-        bail!("{what} {origin} is longer than {MAX_RECIPE_BYTES}");
-    }
-    String::from_utf8(bytes).with_context(cannot)
-}
-
-/// ` (line N: `…`)`: the line an error points at, as [`quote`] cuts it; empty past the end.
-pub(crate) fn quoted_line(text: &str, line: usize) -> String {
-    text.lines()
-        .nth(line.saturating_sub(1))
-        .map(|l| format!(" (line {line}: `{}`)", quote(l.trim())))
-        .unwrap_or_default()
 }
 
 fn describe(r: &Recipe) -> String {
@@ -82,17 +42,6 @@ fn describe(r: &Recipe) -> String {
         size(r.card.total_bytes),
         size(r.card.pool_capacity()),
     )
-}
-
-/// Bytes for the summary: GiB with two decimals (pools sit within a few MiB of a card's
-/// edge, so `14 GiB` would hide what matters), smaller sizes in the house style.
-pub(crate) fn size(bytes: u64) -> String {
-    const GIB: u64 = 1 << 30;
-    if bytes >= GIB {
-        format!("{:.2} GiB", bytes as f64 / GIB as f64)
-    } else {
-        format_bytes(bytes)
-    }
 }
 
 /// Advances a progress bar as the run goes.

@@ -12,9 +12,9 @@ use highwater::recipe::written_name;
 use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
 
 use crate::args::{CapArg, CardArg, FitArgs};
-use crate::commands::{quoted_line, read_input, size};
-use crate::conform::quietly;
-use crate::table::{Align, render};
+use crate::input::{quoted_line, read_input};
+use crate::quiet::{quiet_device_threads, quietly};
+use crate::table::{Align, render, size};
 
 pub(crate) fn fit(a: FitArgs) -> Result<()> {
     let origin = a.model.display().to_string();
@@ -40,7 +40,7 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         log_every: a.log_every.unwrap_or(a.steps),
     };
     let autotune = Some(a.autotune.as_path()).filter(|p| p.exists());
-    crate::conform::quiet_device_threads();
+    quiet_device_threads();
     let (backend, checkpointing) = model.backend();
     let header = format!(
         "{origin} | {} | checkpointing {} | dry on {} ({} for the pools) | {} steps",

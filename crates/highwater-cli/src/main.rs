@@ -42,6 +42,8 @@ mod args;
 mod commands;
 mod conform;
 mod fit;
+mod input;
+mod quiet;
 #[cfg(feature = "cuda")]
 mod rerun;
 mod table;

@@ -14,7 +14,8 @@ use situ::rerun::{
 use highwater::recipe::written_name;
 
 use crate::args::{CapArg, RerunArgs};
-use crate::commands::{read_recipe, size};
+use crate::input::read_recipe;
+use crate::table::size;
 
 pub(crate) fn rerun(a: RerunArgs) -> Result<()> {
     let Some(recipe_path) = a.recipe.clone() else {

@@ -1,5 +1,7 @@
 //! Plain aligned text tables for the terminal.
 
+use highwater_plot::format_bytes;
+
 /// Column alignment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Align {
@@ -44,6 +46,17 @@ pub(crate) fn render(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String 
         out.push(line(row.iter().map(String::as_str).collect()));
     }
     out.join("\n")
+}
+
+/// Bytes for the summary: GiB with two decimals (pools sit within a few MiB of a card's
+/// edge, so `14 GiB` would hide what matters), smaller sizes in the house style.
+pub(crate) fn size(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    if bytes >= GIB {
+        format!("{:.2} GiB", bytes as f64 / GIB as f64)
+    } else {
+        format_bytes(bytes)
+    }
 }
 
 #[cfg(test)]
