@@ -2,7 +2,7 @@
 //! where its output came from, how long it ran, how it ended, and every problem.
 
 use crate::types::{CellEntry, Document, Report, Source, Status};
-use cell_output::{Table, escape};
+use cell_output::{Align, Table, escape};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -35,8 +35,8 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
     let mut out = String::from("\n<div class=\"cell-report\">\n\n");
     let _ = writeln!(
         out,
-        "**{} cells** in {}: {} ran in this build, {} came from the cache, {} are GPU \
-         outputs recorded earlier ({} stale); compiling took {}, running {}. **{} failed, {} \
+        "**{} cells** in {}: {} ran in this build, {} came from the cache, {} from GPU runs \
+         recorded earlier ({} stale); compiling took {}, running {}. **{} failed, {} \
          problem(s).**\n",
         report.entries.len(),
         plural(chapters(&report.entries).len(), "chapter"),
@@ -93,7 +93,13 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
             link(chapter, None),
             escape(chapter)
         );
-        let mut table = Table::new(["line", "id", "output from", "ran for", "status"]);
+        let mut table = Table::new(["line", "id", "output from", "ran for", "status"]).align([
+            Align::Right,
+            Align::Left,
+            Align::Left,
+            Align::Right,
+            Align::Left,
+        ]);
         for e in report.entries.iter().filter(|e| e.chapter == chapter) {
             table.push([
                 e.line.to_string(),
@@ -167,5 +173,9 @@ fn plural(n: usize, word: &str) -> String {
 }
 
 fn seconds(t: Duration) -> String {
-    format!("{:.2} s", t.as_secs_f64())
+    if t < Duration::from_millis(10) {
+        "< 0.01 s".into()
+    } else {
+        format!("{:.2} s", t.as_secs_f64())
+    }
 }

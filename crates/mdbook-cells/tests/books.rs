@@ -674,6 +674,7 @@ fn without_times(page: &str) -> String {
         rest = &after[2..];
     }
     out.push_str(rest);
+    let out = out.replace("&lt; T s", "T s").replace("< T s", "T s");
     // The slowest cells' order is the timing's: kept in a fixed order.
     let mut lines: Vec<&str> = out.lines().collect();
     let slowest: Vec<usize> = (0..lines.len())
