@@ -99,6 +99,7 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
         environment
     };
     let mut cells = Vec::new();
+    let mut trees = HashMap::new();
     for (d, segments) in chapters.iter().enumerate() {
         let mut gpu_cells = 0;
         for (s, seg) in segments.iter().enumerate() {
@@ -113,12 +114,13 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
                     format!("this chapter's parameters (line {line}) are in error: shown there")
                 });
             let valid = !shared && cell_errors.is_empty() && blocked.is_none();
-            let inputs = valid.then(|| inputs_key(root, &preludes[d], c));
-            let freeze = inputs.as_ref().filter(|_| c.options.gpu).map(|inputs| {
+            let inputs =
+                valid.then(|| inputs_key(root, &preludes[d], c, Trees::Digests(&mut trees)));
+            let freeze = (valid && c.options.gpu).then(|| {
                 gpu_cells += 1;
                 FreezeAt {
                     path: freeze::path(root, &config.freeze_dir, &docs[d].source, gpu_cells),
-                    source: inputs.clone(),
+                    source: inputs_key(root, &preludes[d], c, Trees::Contents),
                 }
             });
             let runnable = !c.options.gpu || gpu_compiled;
@@ -270,10 +272,20 @@ fn number_labels(
     (labels, label_of)
 }
 
+/// How a key takes in the files a cell reads.
+enum Trees<'a> {
+    /// Each tree's digest, computed once per build however many cells read it (a results
+    /// folder read by twenty cells is hashed once, not twenty times).
+    Digests(&'a mut HashMap<String, String>),
+    /// Every file's contents, into the key itself: the form GPU freezes record, kept so that
+    /// freezes made before the digests stay current.
+    Contents,
+}
+
 /// What a cell's run depends on in the book itself: its prelude, code, the options that change
 /// a run (captions, ids and hide-… are free) and the files it reads. This is also what a GPU
-/// cell's freeze records (no toolchain, no dependencies).
-fn inputs_key(root: &Path, shared: &[(String, usize)], c: &CellBlock) -> String {
+/// cell's freeze records (no toolchain, no dependencies; with `Trees::Contents`).
+fn inputs_key(root: &Path, shared: &[(String, usize)], c: &CellBlock, trees: Trees) -> String {
     let mut h = KeyHasher::default();
     // One part, as before parameters existed: a chapter without them keeps its keys (and its
     // GPU cells their freezes).
@@ -284,8 +296,20 @@ fn inputs_key(root: &Path, shared: &[(String, usize)], c: &CellBlock) -> String 
     h.part("code", c.code.as_bytes())
         .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())
         .part("expect-fail", &[u8::from(c.options.expect_fail)]);
-    for read in &c.options.reads {
-        h.tree(root, Path::new(read));
+    match trees {
+        Trees::Contents => {
+            for read in &c.options.reads {
+                h.tree(root, Path::new(read));
+            }
+        }
+        Trees::Digests(digests) => {
+            for read in &c.options.reads {
+                let digest = digests
+                    .entry(read.clone())
+                    .or_insert_with(|| KeyHasher::default().tree(root, Path::new(read)).finish());
+                h.part("tree digest", digest.as_bytes());
+            }
+        }
     }
     h.finish()
 }
