@@ -73,10 +73,11 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::{BufRead, Read};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// Where in an attempt a failed reserve came.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+/// Where in an attempt a failed reserve came (`init` or `run`, as logs and incident files
+/// write it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     /// Before the attempt printed its first step line (model build, autotune sweeps).

@@ -4,11 +4,13 @@
 //! → pool (CubeCL's own `MemoryManagement`) → run (steps, seeds, the step it dies); conform holds
 //! the simulator to runs recorded on a GPU; decoder is a transformer's recipe, which only burn's
 //! own code (the dry run, the GPU) trains. limits bounds what a recipe or a command may ask.
+//! forensics reads trainer logs; incident is what the incident's logs said, as data.
 
 pub mod conform;
 pub mod decoder;
 pub mod ffn;
 pub mod forensics;
+pub mod incident;
 pub mod layout;
 pub mod ledger;
 pub mod limits;
@@ -18,6 +20,7 @@ pub mod run;
 pub mod trace;
 
 pub use forensics::{LogForensics, parse_log};
+pub use incident::{Incident, IncidentError};
 pub use layout::{DType, Shape};
 pub use ledger::{Graph, Ledger, LedgerRow, TensorId};
 pub use recipe::{Activation, Backend, Checkpointing, Optimizer, Recipe, RecipeError};

@@ -127,6 +127,15 @@ pub const MAX_RECIPE_BYTES: Limit = Limit {
     counts: "bytes per recipe file",
 };
 
+/// Bytes of an incident file (`repro/incident/*.toml`): the wave's are under 1 KB (a log's
+/// outcome and a few failure groups); 64 × that leaves room for a log with hundreds of groups,
+/// and the parser reads no further.
+pub const MAX_INCIDENT_BYTES: Limit = Limit {
+    name: "MAX_INCIDENT_BYTES",
+    max: 64 << 10,
+    counts: "bytes per incident file",
+};
+
 /// Seeds in one `simulate --svg` figure: it keeps every step's peak of every seed (12 bytes
 /// each) and gives each seed a legend row; 100 seeds of [`MAX_STEPS`] are 120 MB of points.
 /// The book's figures draw at most 9 runs (3 arms × 3 seeds).

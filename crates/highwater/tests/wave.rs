@@ -11,6 +11,7 @@ use highwater::{Recipe, RecipeError, RunReport, simulate};
 mod forensics;
 mod fuzz;
 mod golden;
+mod incident;
 mod retention;
 
 fn recipes_dir() -> PathBuf {

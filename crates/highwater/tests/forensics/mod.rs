@@ -6,7 +6,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use highwater::forensics::{self, FailureGroup, IncidentTable, Phase, Reported, parse_reader};
-use highwater::{LogForensics, parse_log};
+use highwater::{Incident, LogForensics, parse_log};
 
 fn logs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs")
@@ -17,52 +17,45 @@ fn log(name: &str) -> LogForensics {
     parse_log(name, &text)
 }
 
-fn incident(name: &str) -> toml::Value {
+fn incident(name: &str) -> Incident {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../repro/incident")
         .join(name.replace(".log", ".toml"));
-    toml::from_str(&std::fs::read_to_string(path).expect("incident file")).expect("incident TOML")
+    let text = std::fs::read_to_string(&path).expect("incident file");
+    Incident::parse(&path.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The log reads back as the incident file records it (sizes the file leaves out are not
-/// compared; counts per phase always are).
+/// compared; counts per phase always are), and prints each death as the file words it.
 fn agrees_with_incident(name: &str) {
     let f = log(name);
     let want = incident(name);
-    let int = |k: &str| want[k].as_integer().unwrap();
-    assert_eq!(i64::from(f.attempts), int("attempts"), "{name}: attempts");
-    let died: Vec<i64> = want["died_at"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_integer().unwrap())
-        .collect();
-    assert_eq!(
-        f.died_at.iter().map(|&s| i64::from(s)).collect::<Vec<_>>(),
-        died,
-        "{name}: died_at"
-    );
-    assert_eq!(f.truncated, want["truncated"].as_bool().unwrap(), "{name}");
-    assert_eq!(f.completed, want["completed"].as_bool().unwrap(), "{name}");
-    for g in want["failures"].as_array().unwrap() {
-        let phase = match g["phase"].as_str().unwrap() {
-            "init" => Phase::Init,
-            _ => Phase::Run,
-        };
-        let count = g["count"].as_integer().unwrap();
-        match g.get("bytes").and_then(|b| b.as_integer()) {
+    assert_eq!(f.attempts, want.attempts, "{name}: attempts");
+    assert_eq!(f.died_at, want.died_at, "{name}: died_at");
+    assert_eq!(f.truncated, want.truncated, "{name}");
+    assert_eq!(f.completed, want.completed, "{name}");
+    for g in &want.failures {
+        match g.bytes {
             Some(bytes) => {
                 let got: &FailureGroup = f
                     .failures
                     .iter()
-                    .find(|h| h.bytes as i64 == bytes && h.phase == phase)
-                    .unwrap_or_else(|| panic!("{name}: no group of {bytes} B in {phase:?}"));
-                assert_eq!(i64::from(got.count), count, "{name}: {bytes} B");
-                let after = g.get("after_step").and_then(|s| s.as_integer());
-                assert_eq!(got.after_step.map(i64::from), after, "{name}: {bytes} B");
+                    .find(|h| h.bytes == bytes && h.phase == g.phase)
+                    .unwrap_or_else(|| panic!("{name}: no group of {bytes} B in {:?}", g.phase));
+                assert_eq!(got.count, g.count, "{name}: {bytes} B");
+                assert_eq!(got.after_step, g.after_step, "{name}: {bytes} B");
             }
-            None => assert_eq!(i64::from(f.failure_count(phase)), count, "{name}"),
+            None => assert_eq!(
+                u64::from(f.failure_count(g.phase)),
+                want.failure_count(g.phase),
+                "{name}"
+            ),
         }
+    }
+    let text = std::fs::read_to_string(logs_dir().join(name)).expect("fixture log");
+    for &step in &want.died_at {
+        let line = want.death_line(step).expect("a death line");
+        assert!(text.lines().any(|l| l == line), "{name}: no line {line:?}");
     }
 }
 

@@ -1,0 +1,62 @@
+//! What the book's cells share, as rust-lang/book's `trpl` is for its listings: the loaders
+//! that read the repository's inputs as every cell did (paths from the book's root, the
+//! directory mdbook-cells runs the cells in), one way to write a byte count, the adapters from
+//! the simulator's and the GPU's reports to the figures' series, and the few helpers the
+//! chapters had each written for themselves. A chapter's cell calls these and keeps on the page
+//! what it computes; what it would only repeat lives here, tested.
+//!
+//! - [`load`]: [`recipe`], [`incidents`] (Part I's logs as [`highwater::Incident`]s),
+//!   [`experiments`] (Part II's), [`graphrace_config`], the GPU records
+//!   ([`rerun_records`], [`Book::rerun_with_repeats`]), the H200's profile ([`h200`]); each a
+//!   method of [`Book`] too, for a root other than the cells' directory.
+//! - [`bytes`]: the precision policy below.
+//! - [`series`]: [`highwater::RunReport`]s and GPU records as
+//!   [`highwater_plot::Series`], and the high-water figure.
+//! - [`tables`], [`text`], [`json`], [`reports`]: a ledger as a table, lists and ranges as
+//!   prose writes them, lenient reads of result files, refusals counted by size and page.
+//! - Chapter helpers too long for a cell: [`surplus`] (*The verdict*), [`wall`] (*Walking into
+//!   the wall*), [`dry`] (*The dry run*), [`race`] (*Proving it without running it*), [`gpu`]
+//!   (*On a real GPU*).
+//!
+//! # Bytes: one precision policy
+//!
+//! Before this crate the chapters wrote sizes six ways: whole MiB (`{:.0}`), tenths and
+//! hundredths of a MiB, hundredths of a GiB, the largest unit that divides a size exactly, and
+//! `highwater_plot`'s three significant digits. The book now writes every size in text and
+//! tables one way, [`bytes::show`]:
+//!
+//! **binary units (KiB = 2¹⁰ bytes, MiB = 2²⁰, GiB = 2³⁰); the largest unit in which the count
+//! is at least 1; to the hundredth of that unit (ties to even), trailing zeros dropped; under
+//! 1 KiB, whole bytes** — `512 B`, `32 MiB`, `34.95 MiB`, `1.19 GiB`, `14.75 GiB`.
+//!
+//! Hundredths of the unit, not a fixed count of significant digits, because the book's sizes
+//! sit within a few hundred MiB of a card's edge and its prose adds them up: a 16 GiB card less
+//! a desktop's 1.25 GiB is a cap of 14.75 GiB, which three digits would show as 14.8. The same
+//! rule gives whole sizes back whole (a 32 MiB tensor, a 1 GiB probe, a 16 GiB card), so the
+//! sizes logs print match to the character. Three variants keep the policy where a place needs
+//! more: [`bytes::exact`] adds the exact count (`32 MiB (33 554 432 B)`) where bytes must match
+//! to the byte; [`bytes::in_unit`] fixes the unit for the terms of one sum or one column
+//! (`3378 MiB − 2994 MiB = 384 MiB`); [`bytes::signed`] writes a difference (`+1.88 GiB`,
+//! `-384 MiB`). Figures keep `highwater_plot`'s labels (three significant digits, room being
+//! short on an axis); the CLI keeps its own.
+
+pub mod bytes;
+pub mod dry;
+pub mod experiments;
+pub mod gpu;
+pub mod json;
+pub mod load;
+pub mod race;
+pub mod reports;
+pub mod series;
+pub mod surplus;
+pub mod tables;
+pub mod text;
+pub mod wall;
+
+pub use experiments::Experiment;
+pub use load::{
+    Book, BookError, experiment, experiments, graphrace_config, h200, incident, incidents,
+    known_misses, recipe, rerun_record, rerun_records,
+};
+pub use tables::{activation_rows, ledger_table};

@@ -1,0 +1,313 @@
+//! The repository's inputs, read as the cells read them: paths from the book's root, which is
+//! the directory mdbook-cells runs the cells in, so that an error names the file as the
+//! chapter's `reads:` line does (`repro/recipes/situ.toml:12: …`).
+
+use std::path::{Path, PathBuf};
+
+use highwater::conform::{DecoderRecord, KnownMiss, RerunRecord, parse_known_misses};
+use highwater::{Incident, IncidentError, Recipe, RecipeError};
+use serde::de::DeserializeOwned;
+
+use crate::experiments::Experiment;
+
+/// Where the recipes are, under the book's root.
+pub const RECIPES: &str = "repro/recipes";
+/// Where the incident's log facts are (Part I), one file per log.
+pub const INCIDENTS: &str = "repro/incident";
+/// Part II's incident: the experiments of the hunt, in the report's order.
+pub const EXPERIMENTS: &str = "repro/incident/graphrace/experiments.toml";
+/// Part II's configurations.
+pub const GRAPHRACE: &str = "repro/graphrace";
+/// Runs recorded on a GPU.
+pub const RESULTS: &str = "repro/results";
+/// The H200's card profile, which the dry run starts from.
+pub const H200: &str = "repro/cards/h200.json";
+/// The H200's autotune cache: the kernels the GPU picked, for the dry run to pick.
+pub const H200_AUTOTUNE: &str = "repro/cards/h200-autotune";
+
+/// What went wrong reading one of the book's inputs, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum BookError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file, as the book names it.
+        path: String,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// A recipe refused, with its file, line and field.
+    #[error(transparent)]
+    Recipe(#[from] RecipeError),
+    /// An incident file refused, with its file, line and field.
+    #[error(transparent)]
+    Incident(#[from] IncidentError),
+    /// A graphrace configuration refused, with its file and line.
+    #[error(transparent)]
+    Config(#[from] graphrace::ConfigError),
+    /// Any other input that does not parse: the file, then the parser's reason.
+    #[error("{path}: {reason}")]
+    Parse {
+        /// The file, as the book names it.
+        path: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// An input refused by a parser whose message already names the file.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The book's root: every path below is relative to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Book {
+    root: PathBuf,
+}
+
+impl Book {
+    /// The directory the cells run in, which mdbook-cells makes the book's root.
+    pub fn here() -> Book {
+        Book {
+            root: PathBuf::new(),
+        }
+    }
+
+    /// The book whose root is `root` (a test's fixture, another checkout).
+    pub fn at(root: impl Into<PathBuf>) -> Book {
+        Book { root: root.into() }
+    }
+
+    /// `relative`, under the root.
+    pub fn path(&self, relative: impl AsRef<Path>) -> PathBuf {
+        self.root.join(relative)
+    }
+
+    /// The text of `relative`.
+    pub fn read(&self, relative: impl AsRef<Path>) -> Result<String, BookError> {
+        read(&self.path(relative))
+    }
+
+    /// The files of directory `relative` ending in `.ext`, sorted by name (not recursive).
+    pub fn files(&self, relative: impl AsRef<Path>, ext: &str) -> Result<Vec<PathBuf>, BookError> {
+        let mut paths = entries(&self.path(relative))?;
+        paths.retain(|p| p.is_file() && p.extension().is_some_and(|e| e == ext));
+        Ok(paths)
+    }
+
+    /// `repro/recipes/NAME.toml`, parsed and checked.
+    pub fn recipe(&self, name: &str) -> Result<Recipe, BookError> {
+        let path = self.path(format!("{RECIPES}/{name}.toml"));
+        let text = read(&path)?;
+        Ok(Recipe::parse(&path.display().to_string(), &text)?)
+    }
+
+    /// `repro/incident/NAME.toml` (`ab2000_situ_s1`), parsed and checked.
+    pub fn incident(&self, name: &str) -> Result<Incident, BookError> {
+        incident_at(&self.path(format!("{INCIDENTS}/{name}.toml")))
+    }
+
+    /// Every log of the incident (`repro/incident/*.toml`), in file-name order.
+    pub fn incidents(&self) -> Result<Vec<Incident>, BookError> {
+        self.files(INCIDENTS, "toml")?
+            .iter()
+            .map(|p| incident_at(p))
+            .collect()
+    }
+
+    /// Part II's experiments, in the order the incident report gives them.
+    pub fn experiments(&self) -> Result<Vec<Experiment>, BookError> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            experiment: Vec<Experiment>,
+        }
+        let file: File = self.toml(EXPERIMENTS)?;
+        Ok(file.experiment)
+    }
+
+    /// The first experiment that configuration `model` (`repro/graphrace/MODEL.toml`) stands
+    /// for.
+    pub fn experiment(&self, model: &str) -> Result<Experiment, BookError> {
+        self.experiments()?
+            .into_iter()
+            .find(|e| e.model.as_deref() == Some(model))
+            .ok_or_else(|| BookError::Parse {
+                path: self.path(EXPERIMENTS).display().to_string(),
+                reason: format!("no experiment stands for `{model}`"),
+            })
+    }
+
+    /// `repro/graphrace/NAME.toml`, parsed and checked.
+    pub fn graphrace_config(&self, name: &str) -> Result<graphrace::Config, BookError> {
+        let path = self.path(format!("{GRAPHRACE}/{name}.toml"));
+        let text = read(&path)?;
+        Ok(graphrace::Config::parse(
+            &path.display().to_string(),
+            &text,
+        )?)
+    }
+
+    /// A JSON file read into `T`.
+    pub fn json<T: DeserializeOwned>(&self, relative: impl AsRef<Path>) -> Result<T, BookError> {
+        json_at(&self.path(relative))
+    }
+
+    /// A TOML file read into `T`.
+    pub fn toml<T: DeserializeOwned>(&self, relative: impl AsRef<Path>) -> Result<T, BookError> {
+        let path = self.path(relative);
+        toml::from_str(&read(&path)?).map_err(|e| BookError::Parse {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// A record written by `highwater rerun`, from its path under the root.
+    pub fn rerun_record(&self, relative: impl AsRef<Path>) -> Result<RerunRecord, BookError> {
+        self.json(relative)
+    }
+
+    /// `repro/results/NAME.json`, as recorded, and its repeats on the same GPU
+    /// (`repro/results/repeats/*/NAME.json`, in directory order).
+    pub fn rerun_with_repeats(
+        &self,
+        name: &str,
+    ) -> Result<(RerunRecord, Vec<RerunRecord>), BookError> {
+        self.with_repeats(name)
+    }
+
+    /// A decoder's record (`repro/results/NAME.json`) and its repeats, as for reruns.
+    pub fn decoder_with_repeats(
+        &self,
+        name: &str,
+    ) -> Result<(DecoderRecord, Vec<DecoderRecord>), BookError> {
+        self.with_repeats(name)
+    }
+
+    fn with_repeats<T: DeserializeOwned>(&self, name: &str) -> Result<(T, Vec<T>), BookError> {
+        let mut dirs = entries(&self.path(format!("{RESULTS}/repeats")))?;
+        dirs.retain(|p| p.is_dir());
+        let repeats = dirs
+            .iter()
+            .map(|d| json_at(&d.join(format!("{name}.json"))))
+            .collect::<Result<_, _>>()?;
+        Ok((self.json(format!("{RESULTS}/{name}.json"))?, repeats))
+    }
+
+    /// Every run `highwater rerun` recorded (`repro/results/rerun-*.json`), by name (the file
+    /// stem), in name order.
+    pub fn rerun_records(&self) -> Result<Vec<(String, RerunRecord)>, BookError> {
+        self.files(RESULTS, "json")?
+            .into_iter()
+            .filter_map(|p| {
+                let name = p.file_stem()?.to_str()?.to_string();
+                name.starts_with("rerun-").then_some((name, p))
+            })
+            .map(|(name, p)| Ok((name, json_at(&p)?)))
+            .collect()
+    }
+
+    /// The recorded runs the simulator is known to miss, with the reasons
+    /// (`repro/results/conform-known-misses.toml`).
+    pub fn known_misses(&self) -> Result<Vec<KnownMiss>, BookError> {
+        let path = self.path(format!("{RESULTS}/conform-known-misses.toml"));
+        parse_known_misses(&path.display().to_string(), &read(&path)?).map_err(BookError::Refused)
+    }
+
+    /// The H200's card profile.
+    pub fn h200(&self) -> Result<dryrun::CardProfile, BookError> {
+        let path = self.path(H200);
+        dryrun::CardProfile::read(&path).map_err(|e| BookError::Parse {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// The H200's autotune cache directory, for the dry runs that pick the GPU's kernels.
+    pub fn h200_autotune(&self) -> PathBuf {
+        self.path(H200_AUTOTUNE)
+    }
+}
+
+/// What directory `dir` holds, sorted by name.
+fn entries(dir: &Path) -> Result<Vec<PathBuf>, BookError> {
+    let unreadable = |source| BookError::Read {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut paths = std::fs::read_dir(dir)
+        .map_err(unreadable)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(unreadable)?;
+    paths.sort();
+    Ok(paths)
+}
+
+fn read(path: &Path) -> Result<String, BookError> {
+    std::fs::read_to_string(path).map_err(|source| BookError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+pub(crate) fn json_at<T: DeserializeOwned>(path: &Path) -> Result<T, BookError> {
+    serde_json::from_str(&read(path)?).map_err(|e| BookError::Parse {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn incident_at(path: &Path) -> Result<Incident, BookError> {
+    let text = read(path)?;
+    Ok(Incident::parse(&path.display().to_string(), &text)?)
+}
+
+/// [`Book::recipe`] from the cells' directory: `repro/recipes/NAME.toml`.
+pub fn recipe(name: &str) -> Result<Recipe, BookError> {
+    Book::here().recipe(name)
+}
+
+/// [`Book::incidents`] from the cells' directory: every `repro/incident/*.toml`.
+pub fn incidents() -> Result<Vec<Incident>, BookError> {
+    Book::here().incidents()
+}
+
+/// [`Book::incident`] from the cells' directory: `repro/incident/NAME.toml`.
+pub fn incident(name: &str) -> Result<Incident, BookError> {
+    Book::here().incident(name)
+}
+
+/// [`Book::experiments`] from the cells' directory.
+pub fn experiments() -> Result<Vec<Experiment>, BookError> {
+    Book::here().experiments()
+}
+
+/// [`Book::experiment`] from the cells' directory.
+pub fn experiment(model: &str) -> Result<Experiment, BookError> {
+    Book::here().experiment(model)
+}
+
+/// [`Book::graphrace_config`] from the cells' directory: `repro/graphrace/NAME.toml`.
+pub fn graphrace_config(name: &str) -> Result<graphrace::Config, BookError> {
+    Book::here().graphrace_config(name)
+}
+
+/// [`Book::rerun_record`] from the cells' directory.
+pub fn rerun_record(path: impl AsRef<Path>) -> Result<RerunRecord, BookError> {
+    Book::here().rerun_record(path)
+}
+
+/// [`Book::rerun_records`] from the cells' directory.
+pub fn rerun_records() -> Result<Vec<(String, RerunRecord)>, BookError> {
+    Book::here().rerun_records()
+}
+
+/// [`Book::h200`] from the cells' directory.
+pub fn h200() -> Result<dryrun::CardProfile, BookError> {
+    Book::here().h200()
+}
+
+/// [`Book::known_misses`] from the cells' directory.
+pub fn known_misses() -> Result<Vec<KnownMiss>, BookError> {
+    Book::here().known_misses()
+}
