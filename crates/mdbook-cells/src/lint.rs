@@ -2,6 +2,9 @@
 //! the chapter's own lines (strict builds, or `lint = true`), and `mdbook-cells fmt`, which
 //! rewrites every cell as rustfmt would.
 //!
+//! GPU cells, and the prelude and parameters of a chapter that has any, are left as they are:
+//! their frozen outputs record a hash of that code.
+//!
 //! rustfmt sees each cell's code as the body of a function (a prelude's or parameters cell's
 //! items too), formatted `max_width + 4` wide and then taken out of the function, so a cell's
 //! lines get the book's width. Lines inside a string literal are never touched.
@@ -48,13 +51,7 @@ pub(crate) fn formatted(root: &Path, cells: &[&CellBlock]) -> Vec<Option<String>
 pub(crate) fn fmt_problems(root: &Path, chapters: &[(String, &[Segment])]) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (source, segments) in chapters {
-        let cells: Vec<&CellBlock> = segments
-            .iter()
-            .filter_map(|s| match s {
-                Segment::Cell(c) => Some(c),
-                Segment::Prose(_) => None,
-            })
-            .collect();
+        let cells = formattable(segments);
         for (cell, new) in cells.iter().zip(formatted(root, &cells)) {
             let Some(new) = new else { continue };
             let first = cell
@@ -107,6 +104,20 @@ pub(crate) fn clippy_problems(
     }
 }
 
+/// The cells of a chapter that formatting may rewrite: not a GPU cell, nor, in a chapter with
+/// GPU cells, the code they share (prelude, parameters) — a GPU cell's freeze records a hash of
+/// both, and rewriting either would make its recorded output stale until its next GPU run.
+fn formattable(segments: &[Segment]) -> Vec<&CellBlock> {
+    let cells = segments.iter().filter_map(|s| match s {
+        Segment::Cell(c) => Some(c),
+        Segment::Prose(_) => None,
+    });
+    let has_gpu = cells.clone().any(|c| c.options.gpu);
+    cells
+        .filter(|c| !(c.options.gpu || (has_gpu && (c.options.prelude || c.options.parameters))))
+        .collect()
+}
+
 /// What `mdbook-cells fmt` did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Formatted {
@@ -129,34 +140,47 @@ pub fn fmt_book(root: &Path, src: &Path) -> Result<Formatted, Error> {
             path: path.clone(),
             source: e,
         };
-        let markdown = std::fs::read_to_string(&path).map_err(io)?;
-        let parsed = parse::split(&markdown);
-        let cells: Vec<&CellBlock> = parsed
-            .segments
-            .iter()
-            .filter_map(|s| match s {
-                Segment::Cell(c) => Some(c),
-                Segment::Prose(_) => None,
-            })
-            .collect();
-        let mut lines: Vec<String> = markdown.split_inclusive('\n').map(String::from).collect();
+        let original = std::fs::read_to_string(&path).map_err(io)?;
+        let mut markdown = original.clone();
         let mut rewritten = 0;
-        // From the last cell up, so that earlier cells' lines stay where they were.
-        for (cell, new) in cells.iter().zip(formatted(root, &cells)).rev() {
-            let Some(new) = new else { continue };
-            let from = cell.code_line - 1;
-            let to = from + cell.code.lines().count();
-            let new: Vec<String> = new.lines().map(|l| format!("{l}\n")).collect();
-            lines.splice(from..to, new);
-            rewritten += 1;
+        // rustfmt does not always reach its fixed point in one pass (a long closure argument
+        // can be laid out anew on the second): format until nothing changes.
+        for _ in 0..PASSES {
+            let (next, cells) = format_chapter(root, &markdown);
+            if cells == 0 {
+                break;
+            }
+            rewritten = rewritten.max(cells);
+            markdown = next;
         }
-        if rewritten > 0 {
-            std::fs::write(&path, lines.concat()).map_err(io)?;
+        if markdown != original {
+            std::fs::write(&path, &markdown).map_err(io)?;
             done.files.push(path.clone());
             done.cells += rewritten;
         }
     }
     Ok(done)
+}
+
+/// How many times `fmt` formats a chapter at most, waiting for rustfmt's fixed point.
+const PASSES: usize = 4;
+
+/// `markdown` with its cells formatted once, and how many changed.
+fn format_chapter(root: &Path, markdown: &str) -> (String, usize) {
+    let parsed = parse::split(markdown);
+    let cells = formattable(&parsed.segments);
+    let mut lines: Vec<String> = markdown.split_inclusive('\n').map(String::from).collect();
+    let mut rewritten = 0;
+    // From the last cell up, so that earlier cells' lines stay where they were.
+    for (cell, new) in cells.iter().zip(formatted(root, &cells)).rev() {
+        let Some(new) = new else { continue };
+        let from = cell.code_line - 1;
+        let to = from + cell.code.lines().count();
+        let new: Vec<String> = new.lines().map(|l| format!("{l}\n")).collect();
+        lines.splice(from..to, new);
+        rewritten += 1;
+    }
+    (lines.concat(), rewritten)
 }
 
 fn collect_markdown(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {

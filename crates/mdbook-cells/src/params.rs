@@ -224,4 +224,47 @@ mod tests {
         );
         assert_eq!(params[0].name, "A", "still declared");
     }
+
+    /// The parameters cells of the book and the fixtures, mutated: applying never panics, keeps
+    /// every line where it was, and whatever it accepts is one constant per declared line.
+    #[test]
+    fn fuzz_mutated_parameters_cells() {
+        use snapshots::fuzz::{self, Budget, Verdict};
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut seeds = Vec::new();
+        for (name, bytes) in fuzz::seeds_in(&root.join("../../src"), "md")
+            .into_iter()
+            .chain(fuzz::seeds_in(&root.join("tests/fixtures"), "md"))
+        {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            for segment in crate::parse::split(&text).segments {
+                if let crate::parse::Segment::Cell(c) = segment
+                    && c.options.parameters
+                {
+                    seeds.push((name.clone(), c.code.into_bytes()));
+                }
+            }
+        }
+        seeds.push(("unit".into(), CELL.as_bytes().to_vec()));
+        let set = overrides(&[("MDBOOK_CELLS_PARAM_ROWS", "7")], "GREETING = \"hi\"");
+        let tally = fuzz::run("parameters", &seeds, Budget::from_env(400), |bytes| {
+            let code = String::from_utf8_lossy(bytes);
+            let (params, out, errors) = apply(&code, &set);
+            assert!(errors.iter().all(|(line, _)| *line < code.lines().count()));
+            if !errors.is_empty() {
+                return Verdict::Refused;
+            }
+            assert_eq!(
+                out.lines().count(),
+                code.lines().count(),
+                "lines stay in place"
+            );
+            for p in &params {
+                let line = out.lines().nth(p.line).unwrap();
+                assert_eq!(line, format!("const {}: {} = {};", p.name, p.ty, p.value));
+            }
+            Verdict::Accepted
+        });
+        tally.assert_no_panics();
+    }
 }
