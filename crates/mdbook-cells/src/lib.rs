@@ -9,8 +9,10 @@
 //! [`Cells`] adapts it to mdbook's preprocessor protocol.
 //!
 //! Below the stages: the shared types ([`types`], [`outcome`], [`error`]) and the parts they
-//! use ([`parse`], [`config`], [`cache`], [`compile`], [`execute`], [`render`], [`freeze`],
-//! [`bundle`]). Nothing imports back up.
+//! use (`parse`, `params`, `config`, `cache`, `key`, `compile`, `execute`, `render`,
+//! `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work outside a
+//! build: [`export`] (a chapter as a cargo project) and [`lint`] (rustfmt and clippy over the
+//! cells, `mdbook-cells fmt`). Nothing imports back up.
 
 pub mod bundle;
 pub mod cache;
