@@ -195,24 +195,30 @@ impl CellCrate {
         })
     }
 
+    /// `cargo SUBCOMMAND` over the crate, its messages as JSON, in the cells' target folder and
+    /// free of the variables of any cargo that started this process.
+    fn cargo(&self, subcommand: &str) -> Command {
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or("cargo".into()));
+        cargo
+            .args([
+                subcommand,
+                "--quiet",
+                "--message-format=json",
+                "--manifest-path",
+            ])
+            .arg(self.dir.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &self.target_dir)
+            .env_remove("CARGO_MANIFEST_DIR")
+            .env_remove("CARGO_PRIMARY_PACKAGE");
+        cargo
+    }
+
     /// Builds the crate; modules that fail are stubbed and the build retried.
     pub(crate) fn compile(&self) -> Compiled {
         let mut compiled = Compiled::default();
         // Each round stubs at least one module, or stops.
         for _ in 0..=self.maps.len().min(8) {
-            let output = match Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-                .args([
-                    "build",
-                    "--quiet",
-                    "--message-format=json",
-                    "--manifest-path",
-                ])
-                .arg(self.dir.join("Cargo.toml"))
-                .env("CARGO_TARGET_DIR", &self.target_dir)
-                .env_remove("CARGO_MANIFEST_DIR")
-                .env_remove("CARGO_PRIMARY_PACKAGE")
-                .output()
-            {
+            let output = match self.cargo("build").output() {
                 Ok(o) => o,
                 Err(e) => {
                     compiled.global = Some(format!("cannot run cargo: {e}"));
@@ -253,17 +259,8 @@ impl CellCrate {
     /// code, each with its chapter (a warning in shared code comes once per chapter), or why
     /// clippy could not run.
     pub(crate) fn lint(&self) -> Result<Vec<(String, CellDiagnostic)>, String> {
-        let output = Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-            .args([
-                "clippy",
-                "--quiet",
-                "--message-format=json",
-                "--manifest-path",
-            ])
-            .arg(self.dir.join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &self.target_dir)
-            .env_remove("CARGO_MANIFEST_DIR")
-            .env_remove("CARGO_PRIMARY_PACKAGE")
+        let output = self
+            .cargo("clippy")
             .output()
             .map_err(|e| format!("cannot run cargo clippy: {e}"))?;
         let mut found: Vec<(String, CellDiagnostic)> = Vec::new();

@@ -16,33 +16,48 @@ const OPEN: &str = "{{#cell";
 /// `prose` with every directive outside code replaced by what `expand` returns for it and the
 /// 0-based line of `prose` it is on. A `{{#cell…` that is not a directive is left as written.
 pub(crate) fn expand(prose: &str, mut expand: impl FnMut(Directive, usize) -> String) -> String {
+    outside_code(prose, '{', |before, at| {
+        let (directive, len) = parse(at)?;
+        Some((expand(directive, before.matches('\n').count()), len))
+    })
+}
+
+/// The one walk over prose that the engine's replacements share (`@fig-…` references,
+/// directives): `prose` copied, with `replace` offered every `mark` outside code — between
+/// backticks, inline or fenced — as the prose before it and the text from it on. It answers
+/// with a replacement and how many bytes of that text it stands for, or `None` to keep the
+/// mark as written.
+pub(crate) fn outside_code(
+    prose: &str,
+    mark: char,
+    mut replace: impl FnMut(&str, &str) -> Option<(String, usize)>,
+) -> String {
     let mut out = String::with_capacity(prose.len());
     let mut in_code = false;
-    let mut rest = prose;
-    let mut line = 0;
-    while let Some(pos) = rest.find(['`', '{']) {
-        let (before, at) = rest.split_at(pos);
-        out.push_str(before);
-        line += before.matches('\n').count();
-        if at.starts_with('`') {
-            let ticks = at.len() - at.trim_start_matches('`').len();
+    let mut at = 0;
+    while let Some(pos) = prose[at..].find(['`', mark]) {
+        let start = at + pos;
+        out.push_str(&prose[at..start]);
+        let rest = &prose[start..];
+        if rest.starts_with('`') {
+            let ticks = rest.len() - rest.trim_start_matches('`').len();
             in_code = !in_code;
-            out.push_str(&at[..ticks]);
-            rest = &at[ticks..];
+            out.push_str(&rest[..ticks]);
+            at = start + ticks;
             continue;
         }
-        match (in_code, parse(at)) {
-            (false, Some((directive, len))) => {
-                out.push_str(&expand(directive, line));
-                rest = &at[len..];
+        match (!in_code).then(|| replace(&prose[..start], rest)).flatten() {
+            Some((text, len)) => {
+                out.push_str(&text);
+                at = start + len.max(1);
             }
-            _ => {
-                out.push('{');
-                rest = &at[1..];
+            None => {
+                out.push(mark);
+                at = start + mark.len_utf8();
             }
         }
     }
-    out.push_str(rest);
+    out.push_str(&prose[at..]);
     out
 }
 

@@ -310,20 +310,8 @@ fn longest_backtick_run(code: &str) -> usize {
 /// mode can fail on them.
 pub fn references(prose: &str, labels: &Labels, from_html: &str) -> (String, Vec<(String, usize)>) {
     let depth = from_html.matches('/').count();
-    let mut out = String::with_capacity(prose.len());
     let mut unknown = Vec::new();
-    let mut in_code = false;
-    let mut rest = prose;
-    while let Some(pos) = rest.find(['`', '@']) {
-        let (before, at) = rest.split_at(pos);
-        out.push_str(before);
-        if at.starts_with('`') {
-            let ticks = at.len() - at.trim_start_matches('`').len();
-            in_code = !in_code;
-            out.push_str(&at[..ticks]);
-            rest = &at[ticks..];
-            continue;
-        }
+    let out = crate::directive::outside_code(prose, '@', |before, at| {
         let word_before = before
             .chars()
             .last()
@@ -333,29 +321,25 @@ pub fn references(prose: &str, labels: &Labels, from_html: &str) -> (String, Vec
             .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
             .collect();
         let id = id.trim_end_matches('-');
-        let is_ref = !in_code && !word_before && (id.starts_with("fig-") || id.starts_with("tbl-"));
-        if !is_ref {
-            out.push('@');
-            rest = &at[1..];
-            continue;
+        if word_before || !(id.starts_with("fig-") || id.starts_with("tbl-")) {
+            return None;
         }
-        match labels.get(id) {
+        let text = match labels.get(id) {
             Some(label) => {
                 let target = if label.html_path == from_html {
                     format!("#{id}")
                 } else {
                     format!("{}{}#{id}", "../".repeat(depth), label.html_path)
                 };
-                let _ = write!(out, "[{}]({target})", label.name);
+                format!("[{}]({target})", label.name)
             }
             None => {
-                unknown.push((id.to_string(), out.matches('\n').count()));
-                let _ = write!(out, "**@{id} (unknown reference)**");
+                unknown.push((id.to_string(), before.matches('\n').count()));
+                format!("**@{id} (unknown reference)**")
             }
-        }
-        rest = &at[1 + id.len()..];
-    }
-    out.push_str(rest);
+        };
+        Some((text, 1 + id.len()))
+    });
     (out, unknown)
 }
 
