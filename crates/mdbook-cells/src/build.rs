@@ -7,7 +7,8 @@ use crate::error::Error;
 use crate::execute;
 use crate::outcome::{FailureKind, Outcome, Stored};
 use crate::plan::{Plan, PlannedCell};
-use crate::types::Document;
+use crate::quick::{self, RustcCall};
+use crate::types::{Compilation, Document};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,6 +26,8 @@ pub(crate) struct Build {
     /// The compile errors found in what a chapter's cells share (parameters, prelude), by
     /// chapter: each one's chapter line and text.
     pub(crate) prelude_errors: HashMap<usize, Vec<(usize, String)>>,
+    /// What was compiled.
+    pub(crate) compiled: Compilation,
     /// How long compiling took.
     pub(crate) compile_time: Duration,
 }
@@ -42,16 +45,47 @@ pub(crate) fn compile(
     wanted: &[&PlannedCell],
     with_gpu: bool,
 ) -> Result<Build, Error> {
-    let krate = write_crate(
-        root,
-        config,
-        docs,
-        plan,
-        |f| !cached_compile_failure(f),
-        with_gpu,
-    )?;
     let started = Instant::now();
-    let compiled = krate.compile();
+    let cache_dir = root.join(&config.cache_dir);
+    let recording = cache_dir.join("quick.json");
+    // A few cells of a build that neither lints the crate nor bundles GPU cells: compiled
+    // alone, if the last full build left its rustc call for these dependencies.
+    let quick = (config.lint != Some(true) && !with_gpu && wanted.len() <= quick::MOST_CELLS)
+        .then(|| RustcCall::load(&recording, &plan.environment))
+        .flatten()
+        .and_then(|call| {
+            let sources = cell_sources(docs, plan, |f| wanted.iter().any(|w| w.module == f.module));
+            let dir = cache_dir.join("quick");
+            let krate = CellCrate::write_sources(&dir, &cache_dir.join("target"), &sources).ok()?;
+            let compiled = krate.compile(Some(&call));
+            // Anything the cells are not to blame for (a dependency cleaned away): the full
+            // build decides.
+            compiled.global.is_none().then_some((krate, compiled))
+        });
+    let (krate, compiled, what) = match quick {
+        Some((krate, compiled)) => {
+            let alone = krate.line_maps().len();
+            (krate, compiled, Compilation::Alone(alone))
+        }
+        None => {
+            let krate = write_crate(
+                root,
+                config,
+                docs,
+                plan,
+                |f| !cached_compile_failure(f),
+                with_gpu,
+            )?;
+            let compiled = krate.compile(None);
+            if compiled.binary.is_some()
+                && let Some(call) = RustcCall::recorded(&cache_dir.join("crate"), &plan.environment)
+            {
+                // Only a speed-up: a build that cannot keep it compiles in full next time.
+                let _ = call.save(&recording);
+            }
+            (krate, compiled, Compilation::Crate)
+        }
+    };
     let compile_time = started.elapsed();
 
     let mut failures = HashMap::new();
@@ -81,6 +115,7 @@ pub(crate) fn compile(
         binary: compiled.binary,
         failures,
         prelude_errors,
+        compiled: what,
         compile_time,
     })
 }
@@ -95,22 +130,7 @@ pub(crate) fn write_crate(
     with_gpu: bool,
 ) -> Result<CellCrate, Error> {
     let cache_dir = root.join(&config.cache_dir);
-    let sources: Vec<CellSource> = plan
-        .cells
-        .iter()
-        .filter(|f| f.key.is_some() && include(f))
-        .map(|f| {
-            let c = plan.block(f);
-            CellSource {
-                module: f.module.clone(),
-                chapter: docs[f.doc].source.clone(),
-                prelude: plan.preludes[f.doc].clone(),
-                code: c.code.clone(),
-                code_line: c.code_line,
-                last_line: c.last_code_line(),
-            }
-        })
-        .collect();
+    let sources = cell_sources(docs, plan, include);
     let crate_dir = cache_dir.join("crate");
     CellCrate::write(
         &crate_dir,
@@ -124,6 +144,28 @@ pub(crate) fn write_crate(
         path: crate_dir.clone(),
         source,
     })
+}
+
+/// The code of each runnable cell that `include` keeps, as the crate's modules.
+fn cell_sources(
+    docs: &[Document],
+    plan: &Plan,
+    include: impl Fn(&PlannedCell) -> bool,
+) -> Vec<CellSource> {
+    (plan.cells.iter())
+        .filter(|f| f.key.is_some() && include(f))
+        .map(|f| {
+            let c = plan.block(f);
+            CellSource {
+                module: f.module.clone(),
+                chapter: docs[f.doc].source.clone(),
+                prelude: plan.preludes[f.doc].clone(),
+                code: c.code.clone(),
+                code_line: c.code_line,
+                last_line: c.last_code_line(),
+            }
+        })
+        .collect()
 }
 
 impl Build {

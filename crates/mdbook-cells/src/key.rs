@@ -1,9 +1,11 @@
 //! Cache keys: a hash of labelled parts and of files, so that a cell's key changes exactly when
 //! something its output depends on does.
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A running hash of a cell's inputs.
 #[derive(Clone, Default)]
@@ -21,34 +23,210 @@ impl KeyHasher {
 
     /// Adds the file `root/path`, or every file under that folder (skipping `target/` and
     /// hidden entries), by name relative to `root` and content; a missing path is hashed as
-    /// missing.
+    /// missing. (The form GPU freezes record: see [`Memo::key`] to avoid rereading it.)
     pub(crate) fn tree(&mut self, root: &Path, path: &Path) -> &mut Self {
-        let full = root.join(path);
-        let mut files = Vec::new();
-        collect_files(&full, &mut files);
-        files.sort();
-        // Names relative to the root: a freeze made in one checkout is current in another.
-        let name = |p: &Path| {
-            p.strip_prefix(root)
-                .unwrap_or(p)
-                .to_string_lossy()
-                .into_owned()
-        };
-        self.part("tree", name(&full).as_bytes());
-        if files.is_empty() {
+        let files = tree_files(root, path);
+        self.part("tree", files.name.as_bytes());
+        if files.entries.is_empty() {
             self.part("missing", &[]);
         }
-        for file in files {
-            let content = std::fs::read(&file).unwrap_or_default();
-            self.part(&name(&file), &content);
+        for (name, file, _) in &files.entries {
+            let content = std::fs::read(file).unwrap_or_default();
+            self.part(name, &content);
         }
         self
+    }
+
+    /// Adds the files of `root/path` as [`KeyHasher::tree`] walks them, each by name and the
+    /// digest of its content (taken from `memo` while the file's size and time are unchanged).
+    pub(crate) fn tree_digest(&mut self, root: &Path, path: &Path, memo: &mut Memo) -> &mut Self {
+        let files = tree_files(root, path);
+        self.part("tree", files.name.as_bytes());
+        if files.entries.is_empty() {
+            self.part("missing", &[]);
+        }
+        for (name, file, stamp) in &files.entries {
+            let digest = memo.file_digest(file, *stamp);
+            self.part(name, digest.as_bytes());
+        }
+        self
+    }
+
+    /// Adds what `root/path` is now without reading it: each file's name, size and
+    /// modification time. Returns whether those stamps can be trusted to change with the
+    /// files (every one readable, none written in the last moments).
+    pub(crate) fn tree_stamp(&mut self, root: &Path, path: &Path) -> bool {
+        let files = tree_files(root, path);
+        self.part("tree", files.name.as_bytes());
+        let mut trusted = true;
+        for (name, _, stamp) in &files.entries {
+            trusted &= stamp.is_some_and(|s| !s.is_recent());
+            self.part(name, &stamp.map_or([0; 24], Stamp::bytes));
+        }
+        trusted
     }
 
     /// The key: 128 bits of the hash, in hex.
     pub(crate) fn finish(&self) -> String {
         let digest = self.0.clone().finalize();
         digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// A tree's files in a stable order, each with its name relative to the root.
+struct TreeFiles {
+    /// The tree's own name, relative to the root.
+    name: String,
+    /// Each file: name, path, size and time (`None` when it cannot be read).
+    entries: Vec<(String, PathBuf, Option<Stamp>)>,
+}
+
+fn tree_files(root: &Path, path: &Path) -> TreeFiles {
+    let full = root.join(path);
+    let mut files = Vec::new();
+    collect_files(&full, &mut files);
+    files.sort();
+    // Names relative to the root: a freeze made in one checkout is current in another.
+    let name = |p: &Path| {
+        p.strip_prefix(root)
+            .unwrap_or(p)
+            .to_string_lossy()
+            .into_owned()
+    };
+    TreeFiles {
+        name: name(&full),
+        entries: (files.into_iter())
+            .map(|f| (name(&f), Stamp::of(&f), f))
+            .map(|(n, s, f)| (n, f, s))
+            .collect(),
+    }
+}
+
+/// A file's size and modification time: what cargo and make trust to say it did not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Stamp {
+    len: u64,
+    /// Nanoseconds since the Unix epoch.
+    modified_ns: u128,
+}
+
+impl Stamp {
+    fn of(file: &Path) -> Option<Stamp> {
+        let meta = std::fs::metadata(file).ok()?;
+        let modified = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
+        Some(Stamp {
+            len: meta.len(),
+            modified_ns: modified.as_nanos(),
+        })
+    }
+
+    fn bytes(self) -> [u8; 24] {
+        let mut out = [0; 24];
+        out[..8].copy_from_slice(&self.len.to_le_bytes());
+        out[8..].copy_from_slice(&self.modified_ns.to_le_bytes());
+        out
+    }
+
+    /// Changed so recently that another write in the same tick could leave the stamp as it is
+    /// (git's "racily clean" files): not worth remembering.
+    fn is_recent(self) -> bool {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        now.as_nanos().saturating_sub(self.modified_ns) < RACY_NS
+    }
+}
+
+const RACY_NS: u128 = 2_000_000_000;
+
+/// What earlier builds already hashed, kept in the cache folder so that a rebuild reads only
+/// the files that changed: each file's digest by its stamp, and each key made from whole file
+/// contents (a GPU freeze's) by the stamps of everything it read. Only what this build used is
+/// kept. Losing it costs time, never a wrong key.
+#[derive(Default)]
+pub(crate) struct Memo {
+    path: Option<PathBuf>,
+    before: Remembered,
+    now: Remembered,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct Remembered {
+    /// Digest of each file by path, with the stamp it had.
+    files: HashMap<PathBuf, (Stamp, String)>,
+    /// Keys by the stamp-hash of their inputs.
+    keys: HashMap<String, String>,
+}
+
+impl Memo {
+    /// The memo kept in `file` (empty if it is missing or unreadable).
+    pub(crate) fn open(file: PathBuf) -> Memo {
+        let before = std::fs::read(&file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
+        Memo {
+            path: Some(file),
+            before,
+            now: Remembered::default(),
+        }
+    }
+
+    /// The digest of `file`'s content, read only if its stamp changed.
+    fn file_digest(&mut self, file: &Path, stamp: Option<Stamp>) -> String {
+        if let Some(stamp) = stamp
+            && let Some((seen, digest)) = self.before.files.get(file)
+            && *seen == stamp
+        {
+            let digest = digest.clone();
+            self.now
+                .files
+                .insert(file.to_path_buf(), (stamp, digest.clone()));
+            return digest;
+        }
+        let content = std::fs::read(file).unwrap_or_default();
+        let digest = KeyHasher::default().part("content", &content).finish();
+        if let Some(stamp) = stamp.filter(|s| !s.is_recent()) {
+            self.now
+                .files
+                .insert(file.to_path_buf(), (stamp, digest.clone()));
+        }
+        digest
+    }
+
+    /// The key `compute` makes, remembered by `stamp` (a hash of everything `compute` reads,
+    /// files by [`KeyHasher::tree_stamp`]); `fresh`: none of those files is so recent that its
+    /// stamp could hide a change.
+    pub(crate) fn key(
+        &mut self,
+        stamp: String,
+        fresh: bool,
+        compute: impl FnOnce() -> String,
+    ) -> String {
+        let key = match self.before.keys.get(&stamp) {
+            Some(key) => key.clone(),
+            None => compute(),
+        };
+        if fresh {
+            self.now.keys.insert(stamp, key.clone());
+        }
+        key
+    }
+
+    /// Keeps what this build used, for the next one (atomically: a build running beside this
+    /// one sees either memo whole).
+    pub(crate) fn save(&self) {
+        let Some(path) = &self.path else { return };
+        let Ok(bytes) = serde_json::to_vec(&self.now) else {
+            return;
+        };
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
     }
 }
 
@@ -101,6 +279,84 @@ mod tests {
             files,
             [dir.join("data/sub/a.txt"), dir.join("data/sub/alias.txt")]
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Sets `file`'s content and its modification time, `secs_ago` whole seconds before the
+    /// test's start (0: now).
+    fn write_at(file: &Path, content: &str, secs_ago: u64) {
+        std::fs::write(file, content).unwrap();
+        if secs_ago == 0 {
+            return;
+        }
+        static START: std::sync::OnceLock<SystemTime> = std::sync::OnceLock::new();
+        let start = *START.get_or_init(SystemTime::now);
+        let when = start - std::time::Duration::from_secs(secs_ago);
+        let f = std::fs::File::options().write(true).open(file).unwrap();
+        f.set_modified(when).unwrap();
+    }
+
+    #[test]
+    fn the_memo_rereads_a_file_only_when_its_stamp_changes() {
+        let dir = std::env::temp_dir().join(format!("cells-memo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let (data, memo_file) = (Path::new("data"), dir.join("memo.json"));
+        write_at(&dir.join("data/a.txt"), "one", 60);
+        let digest = |memo: &mut Memo| KeyHasher::default().tree_digest(&dir, data, memo).finish();
+
+        let mut memo = Memo::open(memo_file.clone());
+        let first = digest(&mut memo);
+        assert_eq!(
+            first,
+            digest(&mut Memo::default()),
+            "the memo changes no digest"
+        );
+        memo.save();
+
+        // Same size, same time: the memo's digest stands (the content is not read again).
+        write_at(&dir.join("data/a.txt"), "two", 60);
+        assert_eq!(digest(&mut Memo::open(memo_file.clone())), first);
+        // Another time: read again.
+        write_at(&dir.join("data/a.txt"), "two", 30);
+        let mut memo = Memo::open(memo_file.clone());
+        let second = digest(&mut memo);
+        assert_ne!(second, first);
+        memo.save();
+        assert_eq!(digest(&mut Memo::open(memo_file.clone())), second);
+
+        // Written just now: never trusted to the memo.
+        write_at(&dir.join("data/a.txt"), "one", 0);
+        let mut memo = Memo::open(memo_file.clone());
+        assert_eq!(digest(&mut memo), first);
+        memo.save();
+        write_at(&dir.join("data/a.txt"), "two", 0);
+        assert_eq!(digest(&mut Memo::open(memo_file.clone())), second);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_remembered_contents_key_is_the_computed_one_until_a_stamp_changes() {
+        let dir = std::env::temp_dir().join(format!("cells-stamp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        write_at(&dir.join("a.txt"), "one", 60);
+        let contents = || KeyHasher::default().tree(&dir, Path::new("a.txt")).finish();
+        let stamp = || {
+            let mut h = KeyHasher::default();
+            let trusted = h.tree_stamp(&dir, Path::new("a.txt"));
+            (h.finish(), trusted)
+        };
+        let mut memo = Memo::default();
+        let (s1, trusted) = stamp();
+        assert!(trusted);
+        assert_eq!(memo.key(s1.clone(), trusted, contents), contents());
+        memo.before = std::mem::take(&mut memo.now);
+        assert_eq!(memo.key(s1.clone(), true, || unreachable!()), contents());
+        write_at(&dir.join("a.txt"), "two", 0);
+        let (s2, trusted) = stamp();
+        assert!(!trusted, "a file written just now");
+        assert_ne!(s1, s2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

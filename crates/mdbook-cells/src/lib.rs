@@ -35,11 +35,12 @@ mod gpu;
 mod pages;
 mod params;
 mod plan;
+mod quick;
 mod report;
 mod resolve;
 
 pub use error::Error;
-pub use types::{CellEntry, Document, Problem, Report, Source, Status};
+pub use types::{CellEntry, Compilation, Document, Problem, Report, Source, Status};
 
 use config::Config;
 use gpu::GpuCells;
@@ -102,6 +103,7 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         cells: resolved.cells_run_or_cached,
         cached: resolved.cached,
         ran: resolved.ran,
+        compiled: resolved.compiled,
         compile_time: resolved.compile_time,
         run_time: resolved.run_time,
         entries,

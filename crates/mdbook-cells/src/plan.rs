@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use crate::freeze;
-use crate::key::KeyHasher;
+use crate::key::{KeyHasher, Memo};
 use crate::params::{self, Overrides, Param};
 use crate::parse::{self, CellBlock, OptionError, Segment};
 use crate::render::{self, Label, Labels};
@@ -59,6 +59,9 @@ pub(crate) struct Plan {
     pub(crate) cells: Vec<PlannedCell>,
     /// Every figure and table, by id.
     pub(crate) labels: Labels,
+    /// The hash of everything every cell depends on besides its own inputs (engine, toolchain,
+    /// dependencies and their sources): what a compiled cell binary was built against.
+    pub(crate) environment: String,
 }
 
 impl Plan {
@@ -92,9 +95,10 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
 
     // When GPU cells are compiled, every cell is compiled with their dependencies too: a CPU
     // cell that only compiles with them must not leave a cached success for CPU builds.
-    let environment = environment_key(root, config);
+    let mut memo = Memo::open(root.join(&config.cache_dir).join("digests.json"));
+    let environment = environment_key(root, config, &mut memo);
     let environment = if gpu_compiled {
-        gpu_environment_key(root, config, &environment)
+        gpu_environment_key(root, config, &environment, &mut memo)
     } else {
         environment
     };
@@ -114,13 +118,13 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
                     format!("this chapter's parameters (line {line}) are in error: shown there")
                 });
             let valid = !shared && cell_errors.is_empty() && blocked.is_none();
-            let inputs =
-                valid.then(|| inputs_key(root, &preludes[d], c, Trees::Digests(&mut trees)));
+            let inputs = valid
+                .then(|| inputs_key(root, &preludes[d], c, Trees::Digests(&mut trees, &mut memo)));
             let freeze = (valid && c.options.gpu).then(|| {
                 gpu_cells += 1;
                 FreezeAt {
                     path: freeze::path(root, &config.freeze_dir, &docs[d].source, gpu_cells),
-                    source: inputs_key(root, &preludes[d], c, Trees::Contents),
+                    source: inputs_key(root, &preludes[d], c, Trees::Contents(&mut memo)),
                 }
             });
             let runnable = !c.options.gpu || gpu_compiled;
@@ -141,6 +145,7 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
             });
         }
     }
+    memo.save();
     Plan {
         chapters,
         misplaced,
@@ -149,6 +154,7 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
         problems,
         cells,
         labels,
+        environment: environment.finish(),
     }
 }
 
@@ -275,11 +281,13 @@ fn number_labels(
 /// How a key takes in the files a cell reads.
 enum Trees<'a> {
     /// Each tree's digest, computed once per build however many cells read it (a results
-    /// folder read by twenty cells is hashed once, not twenty times).
-    Digests(&'a mut HashMap<String, String>),
+    /// folder read by twenty cells is hashed once, not twenty times), from file digests the
+    /// memo keeps between builds.
+    Digests(&'a mut HashMap<String, String>, &'a mut Memo),
     /// Every file's contents, into the key itself: the form GPU freezes record, kept so that
-    /// freezes made before the digests stay current.
-    Contents,
+    /// freezes made before the digests stay current. The memo spares rereading them while
+    /// their stamps stay the same.
+    Contents(&'a mut Memo),
 }
 
 /// What a cell's run depends on in the book itself: its prelude, code, the options that change
@@ -297,21 +305,31 @@ fn inputs_key(root: &Path, shared: &[(String, usize)], c: &CellBlock, trees: Tre
         .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())
         .part("expect-fail", &[u8::from(c.options.expect_fail)]);
     match trees {
-        Trees::Contents => {
+        Trees::Contents(memo) => {
+            let mut stamp = h.clone();
+            stamp.part("stamps", &[]);
+            let mut trusted = true;
             for read in &c.options.reads {
-                h.tree(root, Path::new(read));
+                trusted &= stamp.tree_stamp(root, Path::new(read));
             }
+            memo.key(stamp.finish(), trusted, || {
+                for read in &c.options.reads {
+                    h.tree(root, Path::new(read));
+                }
+                h.finish()
+            })
         }
-        Trees::Digests(digests) => {
+        Trees::Digests(digests, memo) => {
             for read in &c.options.reads {
-                let digest = digests
-                    .entry(read.clone())
-                    .or_insert_with(|| KeyHasher::default().tree(root, Path::new(read)).finish());
+                let digest = digests.entry(read.clone()).or_insert_with(|| {
+                    let mut tree = KeyHasher::default();
+                    tree.tree_digest(root, Path::new(read), memo).finish()
+                });
                 h.part("tree digest", digest.as_bytes());
             }
+            h.finish()
         }
     }
-    h.finish()
 }
 
 /// A module name unique in the book and stable while the chapter's cells keep their order. The
@@ -337,7 +355,7 @@ fn module_name(source: &str, segment: usize) -> String {
 }
 
 /// Everything every cell's output depends on besides its own code.
-fn environment_key(root: &Path, config: &Config) -> KeyHasher {
+fn environment_key(root: &Path, config: &Config, memo: &mut Memo) -> KeyHasher {
     let mut h = KeyHasher::default();
     h.part("engine", ENGINE.as_bytes());
     h.part("rustc", toolchain(root).as_bytes());
@@ -352,17 +370,22 @@ fn environment_key(root: &Path, config: &Config) -> KeyHasher {
         &std::fs::read(root.join("Cargo.lock")).unwrap_or_default(),
     );
     for dir in config.path_dependencies(root) {
-        h.tree(root, &dir);
+        h.tree_digest(root, &dir, memo);
     }
     for input in &config.inputs {
-        h.tree(root, input);
+        h.tree_digest(root, input, memo);
     }
     h
 }
 
 /// The environment of a build that compiles GPU cells: the CPU cells' and the GPU cells' own
 /// dependencies.
-fn gpu_environment_key(root: &Path, config: &Config, environment: &KeyHasher) -> KeyHasher {
+fn gpu_environment_key(
+    root: &Path,
+    config: &Config,
+    environment: &KeyHasher,
+    memo: &mut Memo,
+) -> KeyHasher {
     let mut h = environment.clone();
     h.part(
         "gpu-dependencies",
@@ -371,7 +394,7 @@ fn gpu_environment_key(root: &Path, config: &Config, environment: &KeyHasher) ->
             .as_bytes(),
     );
     for dir in config.gpu_path_dependencies(root) {
-        h.tree(root, &dir);
+        h.tree_digest(root, &dir, memo);
     }
     h
 }

@@ -1,7 +1,7 @@
 //! The execution report (`{{#cell-report}}`): the build's own health at a glance — every cell,
 //! where its output came from, how long it ran, how it ended, and every problem.
 
-use crate::types::{CellEntry, Document, Report, Source, Status};
+use crate::types::{CellEntry, Compilation, Document, Report, Source, Status};
 use cell_output::{Align, Table, escape};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -36,7 +36,7 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
     let _ = writeln!(
         out,
         "**{} cells** in {}: {} ran in this build, {} came from the cache, {} from GPU runs \
-         recorded earlier ({} stale); compiling took {}, running {}. **{} failed, {} \
+         recorded earlier ({} stale); {}, running {}. **{} failed, {} \
          problem(s).**\n",
         report.entries.len(),
         plural(chapters(&report.entries).len(), "chapter"),
@@ -44,7 +44,15 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
         report.cached,
         frozen,
         stale,
-        seconds(report.compile_time),
+        match report.compiled {
+            Compilation::Nothing => "nothing was compiled".to_string(),
+            Compilation::Crate => format!("compiling took {}", seconds(report.compile_time)),
+            Compilation::Alone(n) => format!(
+                "compiling the {} it needed, alone, took {}",
+                plural(n, "cell"),
+                seconds(report.compile_time)
+            ),
+        },
         seconds(report.run_time),
         failed,
         report.problems.len()

@@ -13,7 +13,7 @@ use crate::params::Param;
 use crate::parse::CellBlock;
 use crate::plan::{Plan, PlannedCell};
 use crate::render::Shown;
-use crate::types::{Document, Problem, Source};
+use crate::types::{Compilation, Document, Problem, Source};
 use cell_output::{Align, Table};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -41,7 +41,9 @@ pub(crate) struct Resolved {
     pub(crate) ran: usize,
     /// Cells this build ran or took from the cache.
     pub(crate) cells_run_or_cached: usize,
-    /// Compiling the crate.
+    /// What was compiled.
+    pub(crate) compiled: Compilation,
+    /// Compiling it.
     pub(crate) compile_time: Duration,
     /// Running the cells.
     pub(crate) run_time: Duration,
@@ -86,7 +88,7 @@ pub(crate) fn resolve(
         }
     }
     let cached = got.len();
-    let (mut prelude_errors, mut compile_time, mut run_time) = Default::default();
+    let (mut prelude_errors, mut compiled, mut compile_time, mut run_time) = Default::default();
     let mut ran = 0;
     if !misses.is_empty() || !bundled.is_empty() {
         let cached_compile_failure = |f: &PlannedCell| {
@@ -142,7 +144,8 @@ pub(crate) fn resolve(
             }
         }
         keep_in_cache(&cache, plan, &misses, &got).map_err(cache_error)?;
-        (prelude_errors, compile_time, run_time) = (build.prelude_errors, build.compile_time, took);
+        (prelude_errors, compiled) = (build.prelude_errors, build.compiled);
+        (compile_time, run_time) = (build.compile_time, took);
     }
     let live: HashSet<String> = plan.cells.iter().filter_map(|f| f.key.clone()).collect();
     cache.retain(&live).map_err(cache_error)?;
@@ -177,6 +180,7 @@ pub(crate) fn resolve(
         cached,
         ran,
         cells_run_or_cached: cached + misses.len(),
+        compiled,
         compile_time,
         run_time,
         compile_failed,

@@ -110,7 +110,9 @@ pub struct Report {
     pub cached: usize,
     /// Of those, run.
     pub ran: usize,
-    /// Compiling the cell crate (all cells at once).
+    /// What was compiled.
+    pub compiled: Compilation,
+    /// Compiling it.
     pub compile_time: Duration,
     /// Running the cells that ran.
     pub run_time: Duration,
@@ -118,15 +120,31 @@ pub struct Report {
     pub entries: Vec<CellEntry>,
 }
 
+/// What a build compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compilation {
+    /// Nothing: every cell came from the cache or a freeze.
+    #[default]
+    Nothing,
+    /// The crate of the book's cells, with cargo.
+    Crate,
+    /// Only the cells this build needed, on their own, with rustc (an edit's quick path).
+    Alone(usize),
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} cells: {} cached, {} ran (compile {:.1} s, run {:.1} s), {} problem(s)",
+            "{} cells: {} cached, {} ran (compile {:.1} s{}, run {:.1} s), {} problem(s)",
             self.cells,
             self.cached,
             self.ran,
             self.compile_time.as_secs_f64(),
+            match self.compiled {
+                Compilation::Alone(n) => format!(", {n} cell(s) alone"),
+                _ => String::new(),
+            },
             self.run_time.as_secs_f64(),
             self.problems.len()
         )

@@ -3,7 +3,7 @@
 //! book). `UPDATE_SNAPSHOTS=1 cargo test -p mdbook-cells` rewrites the snapshots.
 
 use mdbook_cells::config::Config;
-use mdbook_cells::{Document, Report, process};
+use mdbook_cells::{Compilation, Document, Report, process};
 use std::path::{Path, PathBuf};
 
 mod browser;
@@ -20,10 +20,12 @@ fn cache_dir(test: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cells-{test}"))
 }
 
-/// The same, with no stored outputs, so the test starts cold.
+/// The same, with no stored outputs and no recording for the quick path, so the test starts
+/// cold (its first build compiles the crate).
 fn fresh_cache(test: &str) -> PathBuf {
     let dir = cache_dir(test);
     let _ = std::fs::remove_dir_all(dir.join("outputs"));
+    let _ = std::fs::remove_file(dir.join("quick.json"));
     dir
 }
 
@@ -285,6 +287,69 @@ fn prelude_errors_are_shown_at_the_prelude() {
         ]
     );
     assert!(page.contains("--&gt; src/inline.md:3:22"), "{page}");
+}
+
+#[test]
+fn an_edit_compiles_only_its_cells_alone_and_falls_back_to_the_crate() {
+    let cache = fresh_cache("quick");
+    let root = fixture("basic");
+    // Builds of one chapter whose second cell is `second`, keeping the cache between them.
+    let build = |second: &str| {
+        let mut docs = vec![Document {
+            source: "src/inline.md".into(),
+            html_path: "inline.html".into(),
+            number: None,
+            title: "Inline".into(),
+            content: format!("```cell\n1 + 1\n```\n\n```cell\n{second}\n```\n"),
+        }];
+        let report = process(&root, &config(&root, &cache), &mut docs).unwrap();
+        (docs.remove(0).content, report)
+    };
+    let problems = |report: &Report| -> Vec<String> {
+        report.problems.iter().map(|p| p.to_string()).collect()
+    };
+
+    // The first build compiles the crate and records cargo's rustc call.
+    let (page, report) = build("\"edit 0\".to_string()");
+    assert_eq!(report.compiled, Compilation::Crate, "{report}");
+    assert!(page.contains("edit 0") && cache.join("quick.json").exists());
+
+    // An edit compiles its cell alone; the other stays cached.
+    let (page, report) = build("\"edit 1\".to_string()");
+    assert_eq!(
+        (report.compiled, report.cached, report.ran),
+        (Compilation::Alone(1), 1, 1)
+    );
+    assert!(page.contains("edit 1"), "{page}");
+    assert!(report.to_string().contains("1 cell(s) alone"), "{report}");
+
+    // Its compile errors and panics land on the chapter's lines, as in a full build.
+    let (page, report) = build("undefined_name");
+    assert_eq!(report.compiled, Compilation::Alone(1));
+    assert_eq!(
+        problems(&report),
+        [
+            "src/inline.md:6: cell failed: compile error: error[E0425]: cannot find value `undefined_name` in this scope"
+        ]
+    );
+    assert!(page.contains("--&gt; src/inline.md:6:1"), "{page}");
+    let (_, report) = build("panic!(\"boom\")");
+    assert_eq!(report.compiled, Compilation::Alone(1));
+    assert_eq!(
+        problems(&report),
+        ["src/inline.md:6: cell failed: panicked: boom at src/inline.md:6"]
+    );
+
+    // A recording whose dependencies are gone: the full build takes over and records anew.
+    let recording = std::fs::read_to_string(cache.join("quick.json")).unwrap();
+    let gone = recording.replace("cell_output=/", "cell_output=/nonexistent/");
+    assert_ne!(gone, recording, "the recording names cell-output's library");
+    std::fs::write(cache.join("quick.json"), gone).unwrap();
+    let (page, report) = build("\"edit 2\".to_string()");
+    assert_eq!(report.compiled, Compilation::Crate, "{:?}", report.problems);
+    assert!(page.contains("edit 2") && report.problems.is_empty());
+    let (_, report) = build("\"edit 3\".to_string()");
+    assert_eq!(report.compiled, Compilation::Alone(1));
 }
 
 #[test]
