@@ -18,6 +18,7 @@
 pub mod capture;
 pub mod check;
 pub mod config;
+pub mod driver;
 pub mod pool;
 pub mod program;
 pub mod rates;

@@ -2,10 +2,10 @@
 //! `record_stream` calls and cross-stream waits, in host order. A [`Program`] is plain data; the
 //! incident's step is [`crate::step::decode_step`], and tests build random ones.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The two CUDA streams of the incident.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stream {
     /// The stream the step is launched (and captured) on.
