@@ -108,6 +108,12 @@ pub struct DriverNode {
     /// A kernel node's function (`cuFuncGetName`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<String>,
+    /// The host op (its position among the step's ops, as in the memory map) whose launch
+    /// created the node, as the capture itself reported it right after the launch
+    /// (`cuStreamGetCaptureInfo`); `None` for the harness's own launches. It says which tenant
+    /// of a reused block the node's bytes belong to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_op: Option<usize>,
     /// A kernel node's grid and block, `[grid_x, block_x]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch: Option<[u32; 2]>,
@@ -252,11 +258,12 @@ impl DriverGraph {
     pub fn node_name(&self, node: usize) -> String {
         let n = &self.nodes[node];
         let what = n.function.as_deref().unwrap_or(&n.kind);
-        let writes: Vec<&str> = (n.accesses.iter())
+        let mut writes: Vec<&str> = (n.accesses.iter())
             .filter(|a| a.write)
-            .flat_map(|a| self.regions_of(a.start..a.end))
+            .flat_map(|a| self.tenants(node, a.start..a.end))
             .map(|r| r.name.as_str())
             .collect();
+        writes.dedup();
         if writes.is_empty() {
             format!("#{node} {what}")
         } else {
@@ -264,9 +271,19 @@ impl DriverGraph {
         }
     }
 
-    /// The regions `bytes` overlaps.
-    pub fn regions_of(&self, bytes: Range<u64>) -> impl Iterator<Item = &Region> {
-        (self.regions.iter()).filter(move |r| r.start < bytes.end && bytes.start < r.end)
+    /// The regions whose bytes `node` touches in `bytes`: of a pool block's tenants, the one
+    /// live when the host launched the node (every tenant, when the node's host op is unknown).
+    pub fn tenants(&self, node: usize, bytes: Range<u64>) -> impl Iterator<Item = &Region> {
+        let op = self.nodes[node].host_op;
+        (self.regions.iter()).filter(move |r| {
+            let live = match (op, r.home, r.alloc_op) {
+                (Some(op), RegionHome::Pool, Some(alloc)) => {
+                    alloc <= op && r.free_op.is_none_or(|free| op < free)
+                }
+                _ => true,
+            };
+            live && r.start < bytes.end && bytes.start < r.end
+        })
     }
 }
 
@@ -486,21 +503,15 @@ fn witness(
     (nb, b): (usize, &ByteAccess),
     bytes: Range<u64>,
 ) -> Witness {
-    // The tensor of each access that holds the contested bytes.
-    let tenant = |x: &ByteAccess| {
-        let start = x.start.max(bytes.start);
-        graph
-            .regions_of(start..x.end.min(bytes.end))
-            .find(|r| r.start <= start && r.end >= x.end.min(bytes.end))
-            .or_else(|| graph.regions_of(x.start..x.end).next())
-    };
+    // The tensor each side holds the contested bytes as.
+    let tenant = |node: usize| graph.tenants(node, bytes.clone()).next();
     let side = |node: usize, x: &ByteAccess| NodeAccess {
         node,
         name: graph.node_name(node),
-        tensor: tenant(x).map_or_else(|| format!("{:#x}", x.start), |r| r.name.clone()),
+        tensor: tenant(node).map_or_else(|| format!("{:#x}", bytes.start), |r| r.name.clone()),
         write: x.write,
     };
-    let (ra, rb) = (tenant(a), tenant(b));
+    let (ra, rb) = (tenant(na), tenant(nb));
     let (mut first, mut second) = (side(na, a), side(nb, b));
     let mut handoff = None;
     if let (Some(ra), Some(rb)) = (ra, rb)
@@ -614,19 +625,15 @@ impl Comparison {
 pub fn compare(driver: &DriverGraph, model: &Graph) -> Comparison {
     let reach = Reach::of(driver);
     // A driver node's accesses as (tensor, write), through the memory map.
-    let touches = |node: &DriverNode| {
-        let mut t: Vec<(String, bool)> = (node.accesses.iter())
-            .flat_map(|a| {
-                driver
-                    .regions_of(a.start..a.end)
-                    .map(|r| (r.name.clone(), a.write))
-            })
+    let touches = |d: usize| {
+        let mut t: Vec<(String, bool)> = (driver.nodes[d].accesses.iter())
+            .flat_map(|a| (driver.tenants(d, a.start..a.end)).map(|r| (r.name.clone(), a.write)))
             .collect();
         t.sort();
         t.dedup();
         t
     };
-    let driver_touches: Vec<Vec<(String, bool)>> = driver.nodes.iter().map(touches).collect();
+    let driver_touches: Vec<Vec<(String, bool)>> = (0..driver.nodes.len()).map(touches).collect();
     let mut taken = vec![false; driver.nodes.len()];
     let mut found: Vec<(usize, usize)> = vec![];
     let mut comparison = Comparison::default();

@@ -15,6 +15,7 @@ use graphrace::{
 use proptest::prelude::*;
 use snapshots::text;
 
+mod driver;
 mod fuzz;
 
 // ---------------------------------------------------------------- random programs

@@ -309,8 +309,16 @@ impl Gpu {
         })
     }
 
-    /// Issues the host program's ops on the two streams (inside a capture or not).
-    fn walk(&self, program: &Program, b: &Buffers, blocks: u32, side_stretch: f64) -> Result<()> {
+    /// Issues the host program's ops on the two streams (inside a capture or not); after each
+    /// kernel launch, `launched(op, stream)` with the op's position in the program.
+    fn walk(
+        &self,
+        program: &Program,
+        b: &Buffers,
+        blocks: u32,
+        side_stretch: f64,
+        mut launched: impl FnMut(usize, &CudaStream) -> Result<()>,
+    ) -> Result<()> {
         let epoch = dptr(&b.epoch, &self.main);
         unsafe {
             self.main
@@ -322,9 +330,12 @@ impl Gpu {
                     shared_mem_bytes: 0,
                 })?;
         }
-        for op in &program.ops {
+        for (at, op) in program.ops.iter().enumerate() {
             match op {
-                Op::Launch(k) => self.launch(program, b, k, blocks, side_stretch, epoch)?,
+                Op::Launch(k) => {
+                    self.launch(program, b, k, blocks, side_stretch, epoch)?;
+                    launched(at, self.stream(k.stream))?;
+                }
                 Op::Wait { waiter, on } => self.stream(*waiter).join(self.stream(*on))?,
                 // Decided by the model's pool already; record_stream has no GPU side.
                 Op::Alloc { .. } | Op::Free { .. } | Op::RecordStream { .. } => {}
@@ -463,7 +474,7 @@ fn run_arm(
     let captured: Option<CudaGraph> = if config.mode == Mode::Captured {
         gpu.main
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-        gpu.walk(&program, &b, args.blocks, side_stretch)?;
+        gpu.walk(&program, &b, args.blocks, side_stretch, |_, _| Ok(()))?;
         let g = gpu
             .main
             .end_capture(CUgraphInstantiate_flags(0))?
@@ -496,7 +507,7 @@ fn run_arm(
             }
             match &captured {
                 Some(g) => g.launch()?,
-                None => gpu.walk(&program, &b, args.blocks, side_stretch)?,
+                None => gpu.walk(&program, &b, args.blocks, side_stretch, |_, _| Ok(()))?,
             }
             gpu.check(&program, &b)?;
         }
@@ -658,7 +669,34 @@ fn dump_graph(gpu: &Gpu, config: &Config, sessions: u32, blocks: u32) -> Result<
     let b = gpu.buffers(&program, &model)?;
     gpu.main
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-    gpu.walk(&program, &b, blocks, 1.0)?;
+    // Which node each launch made, as the capture reports it: the node the stream's next
+    // captured work would depend on.
+    let mut made_by: HashMap<usize, usize> = HashMap::new();
+    gpu.walk(&program, &b, blocks, 1.0, |op, stream| {
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let (mut deps, mut n): (*const sys::CUgraphNode, usize) = (std::ptr::null(), 0);
+        // SAFETY: a capturing stream; the dependency array is the driver's, read at once.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                stream.cu_stream(),
+                &mut status,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut deps,
+                std::ptr::null_mut(),
+                &mut n,
+            )
+            .result()?;
+            if n != 1 {
+                bail!(
+                    "after host op {op} the capture reports {n} dependencies, not the one node \
+                     the launch made"
+                );
+            }
+            made_by.insert(*deps as usize, op);
+        }
+        Ok(())
+    })?;
     let captured = gpu
         .main
         .end_capture(CUgraphInstantiate_flags(0))?
@@ -707,12 +745,17 @@ fn dump_graph(gpu: &Gpu, config: &Config, sessions: u32, blocks: u32) -> Result<
         let mut kind: u32 = u32::MAX;
         // SAFETY: written as a plain integer: a type newer than these bindings stays a number.
         unsafe { sys::cuGraphNodeGetType(h, (&raw mut kind).cast()).result()? };
+        let host_op = made_by.get(&(h as usize)).copied();
         nodes.push(if kind == 0 {
-            kernel_node(h)?
+            DriverNode {
+                host_op,
+                ..kernel_node(h)?
+            }
         } else {
             DriverNode {
                 kind: node_kind(kind),
                 function: None,
+                host_op,
                 launch: None,
                 args: vec![],
                 accesses: vec![],
@@ -875,6 +918,7 @@ fn kernel_node(h: cudarc::driver::sys::CUgraphNode) -> Result<DriverNode> {
     Ok(DriverNode {
         kind: "kernel".into(),
         function: Some(function),
+        host_op: None,
         launch: Some([params.gridDimX, params.blockDimX]),
         args,
         accesses,

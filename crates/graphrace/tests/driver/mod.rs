@@ -1,0 +1,168 @@
+//! The check on the graph CUDA built (`repro/results/graphrace-graph-h200.json`, read back from
+//! the driver on the H200 by `scripts/gpu-run DIR graph`): it finds the incident's race there,
+//! with a witness that holds, agrees with the model's graph on every configuration, and refuses
+//! what no driver could have written.
+
+use graphrace::driver::{self, DumpError, GraphDump, keeps_every_edge};
+use graphrace::{Config, capture, check, decode_step};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn dump_text() -> String {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/results/graphrace-graph-h200.json");
+    std::fs::read_to_string(path).expect("the committed dump")
+}
+
+fn dump() -> GraphDump {
+    GraphDump::parse("graphrace-graph-h200.json", &dump_text()).expect("the dump is valid")
+}
+
+fn config(name: &str) -> Config {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../repro/graphrace/{name}.toml"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    Config::parse(&path.display().to_string(), &text).unwrap()
+}
+
+#[test]
+fn the_dump_starts_with_its_command_and_holds_every_captured_configuration() {
+    let text = dump_text();
+    assert!(
+        text.trim_start().starts_with("{\n  \"command\": "),
+        "command first"
+    );
+    let dump = dump();
+    assert_eq!(dump.gpu, "NVIDIA H200");
+    let configs: BTreeSet<&str> = dump.graphs.iter().map(|g| g.config.as_str()).collect();
+    let expected = [
+        "clone",
+        "fp8",
+        "incident",
+        "logits-cached",
+        "overlap-off",
+        "record-stream",
+    ];
+    assert_eq!(configs, BTreeSet::from(expected));
+}
+
+#[test]
+fn the_driver_graph_of_the_incident_has_the_race_with_a_witness_that_holds() {
+    let dump = dump();
+    let graph = dump.graph("incident").unwrap();
+    let races = driver::check(graph);
+    assert_eq!(races.len(), 1, "{races:#?}");
+    let w = &races[0];
+    // The side's store reads `index_k` while main's LM head writes `logits` over its bytes.
+    assert_eq!((w.first.tensor.as_str(), w.first.write), ("index_k", false));
+    assert_eq!((w.second.tensor.as_str(), w.second.write), ("logits", true));
+    let h = w.handoff.as_ref().expect("a reuse");
+    assert_eq!((h.from.as_str(), h.to.as_str()), ("index_k", "logits"));
+    assert!(h.freed_at_op < h.allocated_at_op);
+    // Bytes inside both tenants' ranges.
+    let region = |name: &str| graph.regions.iter().find(|r| r.name == name).unwrap();
+    for name in ["index_k", "logits"] {
+        let r = region(name);
+        assert!(r.start <= w.bytes.start && w.bytes.end <= r.end, "{name}");
+    }
+    // No path either way, the missing edge runs from the earlier tenant's access, and the
+    // schedule keeps every edge with both at the same step.
+    assert_eq!(w.missing_edge, [w.first.node, w.second.node]);
+    let reach = driver::Reach::of(graph);
+    assert!(!reach.ordered(w.first.node, w.second.node));
+    assert!(keeps_every_edge(graph, &w.schedule));
+    let at = |n: usize| w.schedule.iter().find(|s| s.node == n).unwrap().start;
+    assert_eq!(at(w.first.node), at(w.second.node));
+    // Adding the missing edge orders them, and the race is gone.
+    let mut fixed = graph.clone();
+    fixed.edges.push(w.missing_edge);
+    fixed.validate().unwrap();
+    assert!(driver::check(&fixed).is_empty());
+    let text = w.to_string();
+    assert!(text.starts_with("race: #"), "{text}");
+    assert!(text.contains("missing edge"), "{text}");
+}
+
+#[test]
+fn the_driver_and_the_model_agree_on_order_and_races_in_every_configuration() {
+    let dump = dump();
+    for graph in &dump.graphs {
+        let model = capture(&decode_step(&config(&graph.config), graph.sessions)).unwrap();
+        let comparison = driver::compare(graph, &model);
+        assert!(comparison.agrees(), "{}: {comparison:#?}", graph.config);
+        assert_eq!(comparison.matched, model.nodes.len(), "{}", graph.config);
+        assert_eq!(comparison.harness.len(), 1, "the replay counter's bump");
+        // The same tensors race in both.
+        let on_driver: BTreeSet<(String, String)> = (driver::check(graph).into_iter())
+            .map(|w| (w.first.tensor, w.second.tensor))
+            .collect();
+        let on_model: BTreeSet<(String, String)> = (check(&model).findings.into_iter())
+            .filter_map(|f| match f {
+                graphrace::Finding::UnorderedReuse { earlier, later, .. } => {
+                    Some((earlier.tensor, later.tensor))
+                }
+                graphrace::Finding::UnorderedAccess { first, second } => {
+                    Some((first.tensor, second.tensor))
+                }
+                graphrace::Finding::UnrecordedFree { .. } => None,
+            })
+            .collect();
+        assert_eq!(on_driver, on_model, "{}", graph.config);
+    }
+}
+
+#[test]
+fn a_difference_in_order_is_named() {
+    let dump = dump();
+    let graph = dump.graph("incident").unwrap();
+    let model = capture(&decode_step(&config("incident"), graph.sessions)).unwrap();
+    let mut dropped = graph.clone();
+    // Drop the edge into the side's first kernel: the driver no longer orders it after main's
+    // projection.
+    let races = driver::check(graph);
+    let store = races[0].first.node;
+    dropped.edges.retain(|[_, to]| *to != store);
+    let comparison = driver::compare(&dropped, &model);
+    assert!(!comparison.agrees());
+    assert!(
+        comparison
+            .only_model_orders
+            .iter()
+            .any(|(_, later)| later == "index_k_store"),
+        "{comparison:#?}"
+    );
+}
+
+#[test]
+fn what_no_driver_writes_is_refused_with_where() {
+    let text = dump_text();
+    let e = GraphDump::parse("d.json", &text.replacen("\"edges\"", "\"edgez\"", 1)).unwrap_err();
+    assert!(
+        matches!(e, DumpError::Syntax { line, .. } if line > 1),
+        "{e}"
+    );
+    let mut dump = dump();
+    let n = dump.graphs[0].nodes.len();
+    dump.graphs[0].edges.push([0, n]);
+    let e = GraphDump::parse("d.json", &serde_json::to_string(&dump).unwrap()).unwrap_err();
+    assert!(
+        e.to_string().contains("names a node past the graph's"),
+        "{e}"
+    );
+    let mut dump = self::dump();
+    let [a, b] = dump.graphs[0].edges[0];
+    dump.graphs[0].edges.push([b, a]);
+    let e = GraphDump::parse("d.json", &serde_json::to_string(&dump).unwrap()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "d.json: graph `{}`: its edges form a cycle",
+            dump.graphs[0].config
+        )
+    );
+    let huge = " ".repeat(driver::MAX_FILE_BYTES as usize + 1);
+    assert!(matches!(
+        GraphDump::parse("d.json", &huge),
+        Err(DumpError::TooLarge { .. })
+    ));
+}
