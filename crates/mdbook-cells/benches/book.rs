@@ -22,7 +22,12 @@ fn main() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let repo = repo.canonicalize().expect("repository root");
     let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-book");
-    let _ = std::fs::remove_dir_all(&scratch);
+    // BENCH_REUSE_CACHE=1 keeps the last run's cell cache (the sources are copied afresh): (a)
+    // and (b) in a minute instead of ten, with (c) not measured.
+    let reuse = std::env::var("BENCH_REUSE_CACHE").is_ok_and(|v| v == "1");
+    if !reuse {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
     let with_cells = scratch.join("with-cells");
     let without = scratch.join("without-cells");
     for dir in [&with_cells, &without] {
@@ -45,10 +50,14 @@ fn main() {
 
     println!("book: {}", repo.display());
     let cold = mdbook(&with_cells, Some(&command), true);
-    println!(
-        "(c) cold build, empty cell cache:          {:>8.2} s",
-        secs(cold)
-    );
+    if reuse {
+        println!("(c) not measured: the cell cache was kept (BENCH_REUSE_CACHE=1)");
+    } else {
+        println!(
+            "(c) cold build, empty cell cache:          {:>8.2} s",
+            secs(cold)
+        );
+    }
 
     let cached = median((0..RUNS).map(|_| mdbook(&with_cells, Some(&command), false)));
     let plain = median((0..RUNS).map(|_| mdbook(&without, None, false)));

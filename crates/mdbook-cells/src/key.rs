@@ -236,15 +236,17 @@ fn collect_files(path: &Path, out: &mut Vec<PathBuf>) {
     collect_files_once(path, out, &mut HashSet::new());
 }
 
-fn collect_files_once(path: &Path, out: &mut Vec<PathBuf>, walked: &mut HashSet<PathBuf>) {
-    if path.is_file() {
+fn collect_files_once(path: &Path, out: &mut Vec<PathBuf>, walked: &mut HashSet<(u64, u64)>) {
+    use std::os::unix::fs::MetadataExt;
+    // Follows a link; a folder is known by its device and inode (no path resolution per file).
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    if meta.is_file() {
         out.push(path.to_path_buf());
         return;
     }
-    let Ok(real) = path.canonicalize() else {
-        return;
-    };
-    if !walked.insert(real) {
+    if !meta.is_dir() || !walked.insert((meta.dev(), meta.ino())) {
         return;
     }
     let Ok(entries) = std::fs::read_dir(path) else {
@@ -256,7 +258,11 @@ fn collect_files_once(path: &Path, out: &mut Vec<PathBuf>, walked: &mut HashSet<
         if name.starts_with('.') || name == "target" {
             continue;
         }
-        collect_files_once(&entry.path(), out, walked);
+        // The folder listing already says what a plain file is: no call per file.
+        match entry.file_type() {
+            Ok(kind) if kind.is_file() => out.push(entry.path()),
+            _ => collect_files_once(&entry.path(), out, walked),
+        }
     }
 }
 
