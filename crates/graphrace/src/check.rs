@@ -71,7 +71,7 @@ impl Finding {
 }
 
 /// `29.6 MiB (31027200 B)`: readable, and exact for matching against a log.
-fn readable_bytes(b: u64) -> String {
+pub(crate) fn readable_bytes(b: u64) -> String {
     match b {
         0..1024 => format!("{b} B"),
         1024..1048576 => format!("{:.1} KiB ({b} B)", b as f64 / 1024.0),

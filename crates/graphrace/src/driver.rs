@@ -14,12 +14,13 @@
 //! graph in which the two accesses run at once. [`compare`] says where the driver's ordering
 //! differs from the model's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
 use crate::capture::Graph;
+use crate::check::readable_bytes;
 use crate::program::Stream;
 
 /// A dump file larger than this is refused before it is read.
@@ -313,6 +314,8 @@ fn topological_order(n: usize, edges: &[[usize; 2]]) -> Option<Vec<usize>> {
 pub struct Reach {
     words: usize,
     bits: Vec<u64>,
+    /// The nodes in an order that keeps every edge.
+    order: Vec<usize>,
 }
 
 impl Reach {
@@ -332,7 +335,7 @@ impl Reach {
                 or_row(&mut bits, words, v, w);
             }
         }
-        Reach { words, bits }
+        Reach { words, bits, order }
     }
 
     /// A path of edges leads from `a` to `b`.
@@ -423,10 +426,10 @@ impl std::fmt::Display for Witness {
         };
         writeln!(
             f,
-            "race: {} and {} touch {} B at {:#x}, with no path between them",
+            "race: {} and {} touch {} at {:#x}, with no path between them",
             side(&self.first),
             side(&self.second),
-            self.bytes.end - self.bytes.start,
+            readable_bytes(self.bytes.end - self.bytes.start),
             self.bytes.start
         )?;
         if let Some(h) = &self.handoff {
@@ -466,6 +469,8 @@ pub fn check(graph: &DriverGraph) -> Vec<Witness> {
         .collect();
     accesses.sort_by_key(|(node, a)| (a.start, a.end, *node));
     let mut found: Vec<Witness> = vec![];
+    // One witness per pair of nodes and the tensors they hold the bytes as.
+    let mut seen: HashSet<[(usize, String); 2]> = HashSet::new();
     for (i, (na, a)) in accesses.iter().enumerate() {
         for (nb, b) in &accesses[i + 1..] {
             if b.start >= a.end {
@@ -476,18 +481,12 @@ pub fn check(graph: &DriverGraph) -> Vec<Witness> {
             }
             let bytes = a.start.max(b.start)..a.end.min(b.end);
             let witness = witness(graph, &reach, (*na, a), (*nb, b), bytes);
-            let same = |w: &Witness| {
-                let key = |w: &Witness| {
-                    let mut k = [
-                        (w.first.node, w.first.tensor.clone()),
-                        (w.second.node, w.second.tensor.clone()),
-                    ];
-                    k.sort();
-                    k
-                };
-                key(w) == key(&witness)
-            };
-            if !found.iter().any(same) {
+            let mut key = [
+                (witness.first.node, witness.first.tensor.clone()),
+                (witness.second.node, witness.second.tensor.clone()),
+            ];
+            key.sort();
+            if seen.insert(key) {
                 found.push(witness);
             }
         }
@@ -533,7 +532,7 @@ fn witness(
             allocated_at_op: later.alloc_op.unwrap_or_default(),
         });
     }
-    let schedule = overlapping_schedule(graph, reach, first.node, second.node);
+    let schedule = overlapping_schedule(reach, first.node, second.node);
     Witness {
         missing_edge: [first.node, second.node],
         first,
@@ -547,8 +546,8 @@ fn witness(
 /// A schedule of unit-length nodes that keeps every edge and runs `a` and `b` (unordered)
 /// at the same step: their ancestors one per step in topological order, then both, then every
 /// other node in topological order.
-fn overlapping_schedule(graph: &DriverGraph, reach: &Reach, a: usize, b: usize) -> Vec<Slot> {
-    let order = topological_order(graph.nodes.len(), &graph.edges).expect("validated");
+fn overlapping_schedule(reach: &Reach, a: usize, b: usize) -> Vec<Slot> {
+    let order = &reach.order;
     let before = |v: usize| v != a && v != b && (reach.reaches(v, a) || reach.reaches(v, b));
     let mut slots = vec![];
     let mut t = 0;

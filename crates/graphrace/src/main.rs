@@ -5,13 +5,16 @@
 //! graphrace --config repro/graphrace/incident.toml --config repro/graphrace/overlap-off.toml --sessions 60 --json
 //! graphrace check --config repro/graphrace/incident.toml --sessions 60
 //! graphrace timeline --config repro/graphrace/incident.toml --sessions 60
+//! graphrace check-graph --graph repro/results/graphrace-graph-h200.json --config incident
 //! ```
 //!
 //! Without a subcommand it prints corruption rates: one row per concurrency, one column per
 //! configuration (or, with `--json`, one object per configuration and concurrency per line).
 //! `check` prints the static happens-before report of the captured step (exit status 0 either
 //! way: findings are the output, not a failure). `timeline` prints the kernels of the first
-//! replay in which something collided, and what collided.
+//! replay in which something collided, and what collided. `check-graph` runs the check on the
+//! graphs CUDA built (dumped on a GPU by `graphrace-gpu --dump-graph`): each race with its
+//! witness, and where the driver's ordering differs from the model's.
 //!
 //! A configuration file that cannot be used exits with status 1 and names the file, the line
 //! and the reason; usage errors exit with clap's status 2.
@@ -23,6 +26,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use graphrace::driver::{self, DriverGraph, GraphDump};
 use graphrace::{Captured, Config, MAX_SESSIONS, Timing, Workload};
 
 /// The CUDA-graph multi-stream race, modelled: rates, the static check, a racing replay.
@@ -46,6 +50,26 @@ enum Command {
     Check(OneArgs),
     /// The first racing replay: every kernel's start and end, and what collided.
     Timeline(OneArgs),
+    /// The static check on the graphs CUDA built: races with a witness, and the driver's
+    /// ordering against the model's.
+    CheckGraph(GraphArgs),
+}
+
+#[derive(Debug, Args)]
+struct GraphArgs {
+    /// A dump written by `graphrace-gpu --dump-graph`, e.g.
+    /// repro/results/graphrace-graph-h200.json.
+    #[arg(long, value_name = "PATH")]
+    graph: PathBuf,
+    /// Only this configuration's graph.
+    #[arg(long, value_name = "NAME")]
+    config: Option<String>,
+    /// Where the configurations are, to compare with the model's graph of each.
+    #[arg(long, value_name = "DIR", default_value = "repro/graphrace")]
+    configs: PathBuf,
+    /// One JSON object per graph per line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -320,6 +344,107 @@ fn timeline(args: &OneArgs) -> Result<()> {
     Ok(())
 }
 
+fn check_graph(args: &GraphArgs) -> Result<()> {
+    let path = &args.graph;
+    let bytes = std::fs::metadata(path)
+        .with_context(|| format!("cannot read graph dump {}", path.display()))?
+        .len();
+    // Refused before it is read.
+    if bytes > driver::MAX_FILE_BYTES {
+        bail!(
+            "{}: {bytes} bytes, more than the {} a graph dump may have",
+            path.display(),
+            driver::MAX_FILE_BYTES
+        );
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read graph dump {}", path.display()))?;
+    let dump = GraphDump::parse(&path.display().to_string(), &text)?;
+    let graphs: Vec<&DriverGraph> = match &args.config {
+        Some(name) => vec![dump.graph(name).with_context(|| {
+            let have: Vec<&str> = dump.graphs.iter().map(|g| g.config.as_str()).collect();
+            format!(
+                "{} has no graph `{name}` (it has: {})",
+                path.display(),
+                have.join(", ")
+            )
+        })?],
+        None => dump.graphs.iter().collect(),
+    };
+    for g in graphs {
+        let races = driver::check(g);
+        let file = args.configs.join(format!("{}.toml", g.config));
+        let model = load(&file)
+            .and_then(|config| captured(&config, g.sessions))
+            .map(|c| driver::compare(g, &c.graph));
+        if args.json {
+            let line = serde_json::json!({
+                "config": g.config,
+                "nodes": g.nodes.len(),
+                "edges": g.edges.len(),
+                "races": races,
+                "against_model": model.as_ref().ok(),
+            });
+            say!("{line}")?;
+            continue;
+        }
+        say!(
+            "{}: the graph CUDA built ({}, driver {}, {}): {} nodes, {} edges; races: {}",
+            g.config,
+            dump.gpu,
+            dump.driver,
+            dump.date,
+            g.nodes.len(),
+            g.edges.len(),
+            races.len()
+        )?;
+        for w in &races {
+            for line in w.to_string().lines() {
+                say!("  {line}")?;
+            }
+            let mut steps: Vec<(u32, Vec<String>)> = vec![];
+            for slot in &w.schedule {
+                match steps.last_mut() {
+                    Some((at, names)) if *at == slot.start => names.push(g.node_name(slot.node)),
+                    _ => steps.push((slot.start, vec![g.node_name(slot.node)])),
+                }
+            }
+            for (at, names) in steps {
+                say!("    step {at}: {}", names.join(" | "))?;
+            }
+        }
+        match model {
+            Ok(c) if c.agrees() => say!(
+                "  against the model ({}, {} sessions): {} kernels matched, same order; the \
+                 harness's own: {}",
+                file.display(),
+                g.sessions,
+                c.matched,
+                c.harness.join(", ")
+            )?,
+            Ok(c) => {
+                say!(
+                    "  against the model ({}, {} sessions): {} kernels matched; they differ:",
+                    file.display(),
+                    g.sessions,
+                    c.matched
+                )?;
+                for m in &c.missing {
+                    say!("    the model's `{m}` is not in the driver's graph")?;
+                }
+                for (a, b) in &c.only_driver_orders {
+                    say!("    the driver orders `{a}` before `{b}`; the model does not")?;
+                }
+                for (a, b) in &c.only_model_orders {
+                    say!("    the model orders `{a}` before `{b}`; the driver does not")?;
+                }
+            }
+            Err(e) => say!("  not compared with the model: {e:#}")?,
+        }
+    }
+    Ok(())
+}
+
 fn print_table(header: &[String], rows: &[Vec<String>]) -> std::io::Result<()> {
     let width = |i: usize| {
         rows.iter()
@@ -348,6 +473,7 @@ fn run(cli: Cli) -> Result<()> {
     match &cli.command {
         Some(Command::Check(args)) => check(args),
         Some(Command::Timeline(args)) => timeline(args),
+        Some(Command::CheckGraph(args)) => check_graph(args),
         None if cli.rates.configs.is_empty() => bail!("no --config given"),
         None => rates(&cli.rates),
     }

@@ -363,6 +363,33 @@ fn cli_rates_json_agrees_with_the_library() {
 }
 
 #[test]
+fn cli_check_graph() {
+    let dump = "repro/results/graphrace-graph-h200.json";
+    let out = snapshot(
+        "check-graph",
+        &["check-graph", "--graph", dump, "--config", "incident"],
+    );
+    assert!(out.status.success());
+    let out = graphrace(&["check-graph", "--graph", dump, "--json"]);
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = (text(&out.stdout).lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 6);
+    for line in &lines {
+        assert_eq!(
+            line["against_model"]["only_model_orders"],
+            serde_json::json!([])
+        );
+    }
+    let out = snapshot(
+        "check-graph-unknown",
+        &["check-graph", "--graph", dump, "--config", "nope"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
 fn cli_check_and_timeline() {
     for (name, sub) in [("check", "check"), ("timeline", "timeline")] {
         let out = snapshot(
