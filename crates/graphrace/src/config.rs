@@ -34,6 +34,22 @@ pub enum Mode {
     Eager,
 }
 
+/// Where the side stream joins back into main (`main` waits on the side's last kernel).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Join {
+    /// At the end of the step, after the LM head and the sampler: the incident's.
+    #[default]
+    End,
+    /// Before the host frees the transient: everything after the free is ordered after the
+    /// side's use of it.
+    BeforeFree,
+    /// Right after attention is launched.
+    AfterAttention,
+    /// Right before the LM head is launched.
+    BeforeLmHead,
+}
+
 /// One configuration, validated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Config {
@@ -51,6 +67,14 @@ pub struct Config {
     pub perturbing_clone: bool,
     /// `record_stream` on the side's use of the transient.
     pub record_stream: bool,
+    /// Where the side joins main.
+    pub join: Join,
+    /// A second kernel on the side after the store, reading the transient too (a norm of the
+    /// index keys): the side's use of the block lasts longer.
+    pub second_side_kernel: bool,
+    /// Main reads the index-K cache the side writes (the sparse attention's top-k selection,
+    /// after the MoE): a race on memory the pool never hands out.
+    pub cache_reader: bool,
 }
 
 impl Config {
@@ -64,6 +88,9 @@ impl Config {
             logits_cached: false,
             perturbing_clone: false,
             record_stream: false,
+            join: Join::End,
+            second_side_kernel: false,
+            cache_reader: false,
         }
     }
 
@@ -107,6 +134,9 @@ impl Config {
             logits_cached: file.logits_cached.unwrap_or(d.logits_cached),
             perturbing_clone: file.perturbing_clone.unwrap_or(d.perturbing_clone),
             record_stream: file.record_stream.is_some_and(|r| r.into_inner()),
+            join: file.join.unwrap_or(d.join),
+            second_side_kernel: file.second_side_kernel.unwrap_or(d.second_side_kernel),
+            cache_reader: file.cache_reader.unwrap_or(d.cache_reader),
         })
     }
 }
@@ -122,6 +152,9 @@ struct ConfigFile {
     logits_cached: Option<bool>,
     perturbing_clone: Option<bool>,
     record_stream: Option<Spanned<bool>>,
+    join: Option<Join>,
+    second_side_kernel: Option<bool>,
+    cache_reader: Option<bool>,
 }
 
 /// A configuration file that cannot be used: where, and why.

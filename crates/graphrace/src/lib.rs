@@ -25,10 +25,11 @@ pub mod rates;
 pub mod replay;
 mod rng;
 pub mod step;
+pub mod suite;
 
 pub use capture::{CaptureError, Graph, capture};
 pub use check::{Finding, Report, check};
-pub use config::{Config, ConfigError, IndexKeys, Mode};
+pub use config::{Config, ConfigError, IndexKeys, Join, Mode};
 pub use program::{Program, Stream};
 pub use rates::{Captured, MAX_SESSIONS, Rate, Workload, sweep};
 pub use replay::{Draw, Replay, Replayer, Timing};

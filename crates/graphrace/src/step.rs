@@ -26,12 +26,14 @@
 //! and grow slowly. At nominal speed the store ends before `lm_head` starts, so a race needs
 //! jitter; more sessions leave less margin.
 
-use crate::config::{Config, IndexKeys};
+use crate::config::{Config, IndexKeys, Join};
 use crate::program::{Cost, Program, Stream};
 
 const HIDDEN_ROW: u64 = 7168 * 2;
 const LOGITS_ROW: u64 = 129_280 * 4;
 const TOKEN_ROW: u64 = 8;
+/// A norm per index position, f32.
+const NORMS_ROW: u64 = INDEX_POSITIONS * 4;
 /// Compressed positions of the index-K cache one session's step reads.
 const INDEX_POSITIONS: u64 = 8192 / 4;
 const INDEX_DIM: u64 = 128;
@@ -79,6 +81,10 @@ pub struct Costs {
     pub softmax: Cost,
     /// `probs → tokens_out`.
     pub sample: Cost,
+    /// The second side kernel (`second_side_kernel`): `index_k → index_k_norms`.
+    pub index_k_norm: Cost,
+    /// The cache reader (`cache_reader`): `index_k_cache → topk`.
+    pub topk_select: Cost,
 }
 
 impl Default for Costs {
@@ -94,6 +100,8 @@ impl Default for Costs {
             lm_head: cost(4.0, 0.05),
             softmax: cost(3.0, 0.06),
             sample: cost(3.0, 0.03),
+            index_k_norm: cost(4.0, 0.40),
+            topk_select: cost(3.0, 0.10),
         }
     }
 }
@@ -136,18 +144,48 @@ pub fn decode_step_with(config: &Config, sessions: u32, costs: &Costs) -> Progra
     }
     let store = costs.index_k_store(config.index_keys);
     p.launch("index_k_store", side, store, &[index_k], &[index_cache]);
+    if config.second_side_kernel {
+        let norms = p.fixed("index_k_norms", NORMS_ROW);
+        p.launch(
+            "index_k_norm",
+            side,
+            costs.index_k_norm,
+            &[index_k],
+            &[norms],
+        );
+    }
     if config.record_stream && side == Stream::Side {
         p.record_stream(index_k, Stream::Side);
     }
+    // Where the side joins back: once, at the place the configuration says.
+    let mut joined = side == Stream::Main;
+    let mut join_at = |p: &mut Program, here: Join| {
+        if !joined && config.join == here {
+            p.wait(Main, Stream::Side);
+            joined = true;
+        }
+    };
+    join_at(&mut p, Join::BeforeFree);
     // Python drops the transient as soon as the side's kernel is launched.
     p.free(index_k);
 
     let attn = p.alloc("attn", Main, HIDDEN_ROW);
     p.launch("attention", Main, costs.attention, &[x], &[attn]);
+    join_at(&mut p, Join::AfterAttention);
     p.free(x);
     let moe_out = p.alloc("moe_out", Main, HIDDEN_ROW);
     p.launch("moe", Main, costs.moe, &[attn], &[moe_out]);
     p.free(attn);
+    if config.cache_reader {
+        let topk = p.fixed("topk", index_k_row(config.index_keys));
+        p.launch(
+            "topk_select",
+            Main,
+            costs.topk_select,
+            &[index_cache],
+            &[topk],
+        );
+    }
     let stash = config.perturbing_clone.then(|| {
         let stash = p.alloc("stash", Main, HIDDEN_ROW);
         p.launch("clone", Main, costs.clone, &[moe_out], &[stash]);
@@ -158,6 +196,7 @@ pub fn decode_step_with(config: &Config, sessions: u32, costs: &Costs) -> Progra
     } else {
         p.alloc("logits", Main, LOGITS_ROW)
     };
+    join_at(&mut p, Join::BeforeLmHead);
     p.launch("lm_head", Main, costs.lm_head, &[moe_out], &[logits]);
     p.free(moe_out);
     let probs = p.alloc("probs", Main, LOGITS_ROW);
@@ -171,9 +210,7 @@ pub fn decode_step_with(config: &Config, sessions: u32, costs: &Costs) -> Progra
         // The differential test reads its stash after the step.
         p.free(stash);
     }
-    if side == Stream::Side {
-        p.wait(Main, Stream::Side);
-    }
+    join_at(&mut p, Join::End);
     p
 }
 

@@ -43,6 +43,7 @@ use cudarc::driver::{
 };
 use graphrace::driver::{ByteAccess, DriverGraph, DriverNode, GraphDump, Region, RegionHome};
 use graphrace::program::{Home, Kernel, Op, Program, TensorId};
+use graphrace::suite::{GpuResult, Suite, SuiteRecord};
 use graphrace::{Config, Graph, Mode, Stream, capture, decode_step};
 use serde::Serialize;
 
@@ -110,8 +111,11 @@ extern "C" __global__ void hog(u32* buf, u64 words) {
 
 struct Args {
     out: PathBuf,
-    /// Write the driver's graphs of every captured configuration here instead of replaying.
+    /// Write the driver's graphs of every captured configuration here instead of replaying
+    /// (with `--suite`: of every captured variant, beside the replays).
     dump_graph: Option<PathBuf>,
+    /// Replay every variant of this suite (`repro/graphrace-suite.toml`) instead of the arms.
+    suite: Option<PathBuf>,
     sessions: Vec<u32>,
     replays: u32,
     trials: u32,
@@ -124,6 +128,7 @@ fn parse_args() -> Result<Args> {
     let mut a = Args {
         out: PathBuf::new(),
         dump_graph: None,
+        suite: None,
         sessions: vec![36, 48, 60, 72, 84],
         replays: 200,
         trials: 5,
@@ -146,6 +151,7 @@ fn parse_args() -> Result<Args> {
         match flag.as_str() {
             "--out" => a.out = PathBuf::from(value()?),
             "--dump-graph" => a.dump_graph = Some(PathBuf::from(value()?)),
+            "--suite" => a.suite = Some(PathBuf::from(value()?)),
             "--sessions" => a.sessions = list(&value()?)?.into_iter().map(|x| x as u32).collect(),
             "--replays" => a.replays = value()?.parse()?,
             "--trials" => a.trials = value()?.parse()?,
@@ -155,12 +161,16 @@ fn parse_args() -> Result<Args> {
             other => bail!(
                 "unknown argument `{other}`; usage: graphrace-gpu --out FILE [--sessions 36,48,60] \
                  [--replays N] [--trials N] [--side-stretch 1,1.5,2] [--blocks N] [--no-load] | \
-                 graphrace-gpu --dump-graph FILE [--sessions N] [--blocks N]"
+                 graphrace-gpu --dump-graph FILE [--sessions N] [--blocks N] | \
+                 graphrace-gpu --suite SUITE --out FILE --dump-graph FILE [--replays N] [--trials N]"
             ),
         }
     }
     if a.out.as_os_str().is_empty() && a.dump_graph.is_none() {
         bail!("--out FILE (or --dump-graph FILE) is required");
+    }
+    if a.suite.is_some() && (a.out.as_os_str().is_empty() || a.dump_graph.is_none()) {
+        bail!("--suite needs --out FILE (the replays) and --dump-graph FILE (the graphs)");
     }
     Ok(a)
 }
@@ -368,7 +378,9 @@ impl Gpu {
         };
         let fixed = (k.cost.fixed_us * stretch * self.cycles_per_us) as i64;
         let per_row = (k.cost.per_session_us * stretch * self.cycles_per_us) as i64;
-        let copy = u32::from(k.name == "index_k_store");
+        // The store copies the transient into the cache; the cache reader copies the cache out,
+        // so that what it read can be checked like the cache itself.
+        let copy = u32::from(k.name == "index_k_store" || k.name == "topk_select");
         let (src_ptr, dst_ptr) = (b.ptr[&src.0], b.ptr[&dst.0]);
         let (src_words, dst_words) = (words(src), words(dst));
         let (rows, tag, keep) = (program.sessions, dst.0 as u32 + 1, 0u32);
@@ -395,27 +407,33 @@ impl Gpu {
         Ok(())
     }
 
+    /// After a replay, on main: every copy of the transient's rows (the index-K cache, and
+    /// what the cache reader took from it) is compared with what `index_k_proj` wrote in that
+    /// replay; a differing row marks its session.
     fn check(&self, program: &Program, b: &Buffers) -> Result<()> {
-        let cache = tensor(program, "index_k_cache");
         let index_k = tensor(program, "index_k");
-        let (cache_ptr, words) = (
-            b.ptr[&cache.0],
-            (program.tensors[cache.0].row_bytes / 4) as u32,
-        );
         let (rows, tag) = (program.sessions, index_k.0 as u32 + 1);
         let (epoch, row_bad) = (dptr(&b.epoch, &self.main), dptr(&b.row_bad, &self.main));
         let (replay_bad, racing) = (dptr(&b.replay_bad, &self.main), dptr(&b.racing, &self.main));
+        let copies = ["index_k_cache", "topk"]
+            .into_iter()
+            .filter_map(|name| program.tensors.iter().position(|t| t.name == name));
+        for copy in copies {
+            let (ptr, words) = (b.ptr[&copy], (program.tensors[copy].row_bytes / 4) as u32);
+            unsafe {
+                self.main
+                    .launch_builder(&self.verify)
+                    .arg(&ptr)
+                    .arg(&words)
+                    .arg(&rows)
+                    .arg(&tag)
+                    .arg(&epoch)
+                    .arg(&row_bad)
+                    .arg(&replay_bad)
+                    .launch(LaunchConfig::for_num_elems(words * rows.min(64)))?;
+            }
+        }
         unsafe {
-            self.main
-                .launch_builder(&self.verify)
-                .arg(&cache_ptr)
-                .arg(&words)
-                .arg(&rows)
-                .arg(&tag)
-                .arg(&epoch)
-                .arg(&row_bad)
-                .arg(&replay_bad)
-                .launch(LaunchConfig::for_num_elems(words * rows.min(64)))?;
             self.main
                 .launch_builder(&self.tally)
                 .arg(&replay_bad)
@@ -541,6 +559,9 @@ fn main() -> Result<()> {
     let gpu = Gpu::new()?;
     let name = gpu.ctx.name().unwrap_or_else(|_| "unknown".into());
     println!("{command}\n{name}, SM clock {:.0} MHz", gpu.cycles_per_us);
+    if let Some(suite) = &args.suite {
+        return run_suite(&gpu, &args, command, name, suite);
+    }
     if let Some(path) = &args.dump_graph {
         return dump_graphs(&gpu, &args, command, name, path);
     }
@@ -612,6 +633,79 @@ fn main() -> Result<()> {
     std::fs::write(&args.out, serde_json::to_string_pretty(&record)? + "\n")
         .with_context(|| format!("writing {}", args.out.display()))?;
     println!("wrote {}", args.out.display());
+    Ok(())
+}
+
+/// Every variant of the suite replayed under load, and the driver's graph of each captured one.
+fn run_suite(gpu: &Gpu, args: &Args, command: String, name: String, file: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading the suite {}", file.display()))?;
+    let suite = Suite::parse(&file.display().to_string(), &text, |config| {
+        let path = format!("repro/graphrace/{config}.toml");
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        Config::parse(&path, &text).map_err(|e| e.to_string())
+    })?;
+    let hog_buf = gpu.load.alloc_zeros::<u32>(64 << 20)?;
+    let (mut results, mut graphs) = (vec![], vec![]);
+    for v in &suite.variants {
+        let variant = v.name();
+        if v.config.mode == Mode::Captured {
+            let mut g = dump_graph(gpu, &v.config, v.sessions, args.blocks)
+                .with_context(|| format!("dumping the graph of {variant}"))?;
+            g.config = variant.clone();
+            graphs.push(g);
+        }
+        let r = run_arm(gpu, args, "suite", &v.config, v.sessions, 1.0, &hog_buf)
+            .with_context(|| format!("replaying {variant}"))?;
+        println!(
+            "{variant:>26}: {:>5.1} % of sessions corrupted, {:>4} of {} replays raced, {:.0} µs/replay",
+            100.0 * r.rate,
+            r.racing_replays,
+            r.replays,
+            r.us_per_replay
+        );
+        results.push(GpuResult {
+            variant,
+            corrupted: r.corrupted,
+            observed: r.observed,
+            racing_replays: r.racing_replays,
+            replays: r.replays,
+            us_per_replay: r.us_per_replay,
+        });
+    }
+    let (driver, date) = (smi("driver_version"), cell_output::utc_now());
+    let git_revision: String = option_env!("GRAPHRACE_GIT_REV").unwrap_or("unknown").into();
+    let record = SuiteRecord {
+        command: command.clone(),
+        gpu: name.clone(),
+        driver: driver.clone(),
+        date: date.clone(),
+        git_revision: git_revision.clone(),
+        sm_clock_khz: (gpu.cycles_per_us * 1000.0) as i32,
+        replays_per_trial: args.replays,
+        trials: args.trials,
+        load: args.load,
+        results,
+    };
+    let dump = GraphDump {
+        command,
+        gpu: name,
+        driver,
+        date,
+        git_revision,
+        graphs,
+    };
+    let graphs_path = args
+        .dump_graph
+        .as_ref()
+        .expect("checked with the arguments");
+    for (path, json) in [
+        (&args.out, serde_json::to_string_pretty(&record)?),
+        (graphs_path, serde_json::to_string_pretty(&dump)?),
+    ] {
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
     Ok(())
 }
 
