@@ -11,8 +11,8 @@ use basics::line_of;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::capture::capture;
-use crate::check::{Finding, check};
+use crate::capture::{Graph, capture};
+use crate::check::{Finding, Use, check};
 use crate::config::{Config, ConfigError, Mode};
 use crate::driver::{self, GraphDump};
 use crate::rates::MAX_SESSIONS;
@@ -149,6 +149,26 @@ pub struct GpuResult {
     pub replays: u64,
     /// Wall time per replay, host-measured.
     pub us_per_replay: f64,
+    /// For each race the model's check finds: how the two kernels fell in the timed replays.
+    #[serde(default)]
+    pub gaps: Vec<Gap>,
+}
+
+/// How far apart two racing kernels ran on the GPU: the second's start less the first's end,
+/// on the GPU's global timer (negative: they overlapped).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gap {
+    /// The kernel whose access should come first.
+    pub first: String,
+    /// The other.
+    pub second: String,
+    /// The smallest gap over the timed replays, µs.
+    pub min_us: f64,
+    /// The median.
+    pub median_us: f64,
+    /// Timed replays.
+    pub replays: u32,
 }
 
 /// Where a variant lands in the confusion table.
@@ -181,9 +201,9 @@ pub struct Judged {
     /// The confusion table's cell: flagged by the driver's graph (the model's when there is
     /// none) against corrupted on the GPU.
     pub verdict: Verdict,
-    /// For a flagged race: the room the nominal timing leaves, in µs, between the end of the
-    /// access that should come first and the start of the other (the smallest over the
-    /// variant's races; negative: they overlap at nominal speed).
+    /// For a flagged race: the room the GPU's nominal timing leaves, in µs (see [`margin`]; the
+    /// smallest over the variant's races; negative: at nominal speed the second access reaches
+    /// a shared byte before the first is done with it).
     pub margin_us: Option<f64>,
 }
 
@@ -236,38 +256,13 @@ pub fn judge(
             (false, true) => Verdict::CleanCorrupted,
             (false, false) => Verdict::CleanClean,
         };
-        // The margin: at nominal speed (no jitter), how long after the first access ends the
-        // second starts.
-        let still = Timing {
-            jitter_sigma: 0.0,
-            ..Timing::default()
-        };
-        let spans = Replayer::new(&model, still).schedule(Draw {
-            seed: 0,
-            trial: 0,
-            replay: 0,
-        });
-        let at = |kernel: &str| {
-            (model.nodes.iter())
-                .position(|n| n.kernel.name == kernel)
-                .map(|i| spans[i])
-        };
         let margin_us = (report.findings.iter())
-            .filter_map(|f| {
-                let (a, b) = match f {
-                    Finding::UnorderedReuse { earlier, later, .. } => (earlier, later),
-                    Finding::UnorderedAccess { first, second } => (first, second),
-                    Finding::UnrecordedFree { .. } => return None,
-                };
-                let (a, b) = (at(&a.kernel)?, at(&b.kernel)?);
-                // Whichever starts first at nominal speed is the one that should finish first.
-                let (first, second) = if a.start_us <= b.start_us {
-                    (a, b)
-                } else {
-                    (b, a)
-                };
-                Some(second.start_us - first.end_us)
+            .filter_map(|f| match f {
+                Finding::UnorderedReuse { earlier, later, .. } => Some((earlier, later)),
+                Finding::UnorderedAccess { first, second } => Some((first, second)),
+                Finding::UnrecordedFree { .. } => None,
             })
+            .filter_map(|(a, b)| margin(&model, a, b))
             .min_by(f64::total_cmp);
         judged.push(Judged {
             variant: name,
@@ -280,4 +275,83 @@ pub fn judge(
         });
     }
     Ok(judged)
+}
+
+/// How much later than needed the second of two racing accesses reaches the bytes they share,
+/// at the GPU arm's nominal timing, in µs: the smallest, over the shared bytes, of the time the
+/// second kernel reaches a byte less the time the first does. A corruption needs the first to
+/// run that much late (or the second that much early).
+///
+/// The timing is the GPU arm's kernels': each starts when the graph lets it (no jitter, no
+/// slow-down from sharing the GPU: their waits count clock cycles), waits its fixed cost, then
+/// sweeps its tensor one session's row at a time, waiting its per-session cost after each row.
+/// The first access is the one whose kernel starts first.
+pub fn margin(model: &Graph, a: &Use, b: &Use) -> Option<f64> {
+    let still = Timing {
+        jitter_sigma: 0.0,
+        contention: 1.0,
+    };
+    let spans = Replayer::new(model, still).schedule(Draw {
+        seed: 0,
+        trial: 0,
+        replay: 0,
+    });
+    let side = |u: &Use| {
+        let node = model.nodes.iter().position(|n| n.kernel.name == u.kernel)?;
+        let tensor = model.tensors.iter().position(|t| t.name == u.tensor)?;
+        let placed = model.placements[tensor].as_ref()?;
+        let k = &model.nodes[node].kernel;
+        Some(Sweep {
+            start_us: spans[node].start_us + k.cost.fixed_us,
+            per_row_us: k.cost.per_session_us,
+            base: placed.range.start,
+            row_bytes: model.tensors[tensor].row_bytes.max(1),
+            bytes: placed.range.clone(),
+        })
+    };
+    let (a, b) = (side(a)?, side(b)?);
+    let (first, second) = if a.start_us <= b.start_us {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let shared = first.bytes.start.max(second.bytes.start)..first.bytes.end.min(second.bytes.end);
+    if shared.is_empty() {
+        return None;
+    }
+    // Both reach times are constant between row starts: the row starts in the shared bytes
+    // (and its first byte) are every place the difference can change.
+    let mut at: Vec<u64> = vec![shared.start];
+    for s in [&first, &second] {
+        let mut row = s.base + (shared.start - s.base).div_ceil(s.row_bytes) * s.row_bytes;
+        while row < shared.end {
+            at.push(row);
+            row += s.row_bytes;
+        }
+    }
+    at.into_iter()
+        .map(|byte| second.reaches(byte) - first.reaches(byte))
+        .min_by(f64::total_cmp)
+}
+
+/// A kernel sweeping a tensor row by row, at nominal speed.
+struct Sweep {
+    /// When it reaches its first row, µs into the replay.
+    start_us: f64,
+    /// The wait after each row.
+    per_row_us: f64,
+    /// The tensor's first byte.
+    base: u64,
+    /// One session's row.
+    row_bytes: u64,
+    /// The tensor's bytes.
+    bytes: std::ops::Range<u64>,
+}
+
+impl Sweep {
+    /// When the sweep reaches `byte`.
+    fn reaches(&self, byte: u64) -> f64 {
+        let row = (byte - self.base) / self.row_bytes;
+        self.start_us + row as f64 * self.per_row_us
+    }
 }

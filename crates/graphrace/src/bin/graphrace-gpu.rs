@@ -41,9 +41,10 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
     PushKernelArg,
 };
+use graphrace::Finding;
 use graphrace::driver::{ByteAccess, DriverGraph, DriverNode, GraphDump, Region, RegionHome};
 use graphrace::program::{Home, Kernel, Op, Program, TensorId};
-use graphrace::suite::{GpuResult, Suite, SuiteRecord};
+use graphrace::suite::{Gap, GpuResult, Suite, SuiteRecord};
 use graphrace::{Config, Graph, Mode, Stream, capture, decode_step};
 use serde::Serialize;
 
@@ -67,11 +68,20 @@ extern "C" __global__ void bump(u32* epoch) { *epoch += 1; }
 // One thread spinning for a known number of cycles: times the SM clock against the host's.
 extern "C" __global__ void spin(long long cycles) { wait_cycles(cycles); }
 
+__device__ __forceinline__ u64 now_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 // Sweeps `rows` rows of dst in address order; all blocks share each row, then wait.
 // copy = 1: dst = src (same row width); copy = 0: dst = gen(tag, …), src is read too.
+// times[2 slot]: when block 0 started (ns, the GPU's global timer); times[2 slot + 1]: when the
+// last block finished.
 extern "C" __global__ void sweep(const u32* src, u32 src_row_words, u32* dst, u32 dst_row_words,
                                  u32 rows, u32 tag, const u32* epoch, long long fixed_cycles,
-                                 long long row_cycles, u32 copy, u32 keep) {
+                                 long long row_cycles, u32 copy, u32 keep, u64* times, u32 slot) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) { times[2 * slot] = now_ns(); }
     u32 e = *epoch;
     wait_cycles(fixed_cycles);
     u32 stride = gridDim.x * blockDim.x;
@@ -85,6 +95,8 @@ extern "C" __global__ void sweep(const u32* src, u32 src_row_words, u32* dst, u3
         }
         wait_cycles(row_cycles);
     }
+    __syncthreads();
+    if (threadIdx.x == 0) { atomicMax(&times[2 * slot + 1], now_ns()); }
 }
 
 extern "C" __global__ void verify(const u32* cache, u32 row_words, u32 rows, u32 tag,
@@ -116,6 +128,8 @@ struct Args {
     dump_graph: Option<PathBuf>,
     /// Replay every variant of this suite (`repro/graphrace-suite.toml`) instead of the arms.
     suite: Option<PathBuf>,
+    /// With `--suite`: replays timed kernel by kernel after the counted ones.
+    timed: u32,
     sessions: Vec<u32>,
     replays: u32,
     trials: u32,
@@ -129,6 +143,7 @@ fn parse_args() -> Result<Args> {
         out: PathBuf::new(),
         dump_graph: None,
         suite: None,
+        timed: 0,
         sessions: vec![36, 48, 60, 72, 84],
         replays: 200,
         trials: 5,
@@ -151,7 +166,11 @@ fn parse_args() -> Result<Args> {
         match flag.as_str() {
             "--out" => a.out = PathBuf::from(value()?),
             "--dump-graph" => a.dump_graph = Some(PathBuf::from(value()?)),
-            "--suite" => a.suite = Some(PathBuf::from(value()?)),
+            "--suite" => {
+                a.suite = Some(PathBuf::from(value()?));
+                a.timed = a.timed.max(100);
+            }
+            "--timed" => a.timed = value()?.parse()?,
             "--sessions" => a.sessions = list(&value()?)?.into_iter().map(|x| x as u32).collect(),
             "--replays" => a.replays = value()?.parse()?,
             "--trials" => a.trials = value()?.parse()?,
@@ -213,6 +232,10 @@ struct ArmResult {
     replays: u64,
     /// Wall time per replay (graph or eager walk + check), host-measured.
     us_per_replay: f64,
+    /// Timed replays after the counted ones: per replay, each kernel's start and end on the
+    /// GPU's global timer (ns), by the position of its launch among the program's ops.
+    #[serde(skip)]
+    timed: Vec<Vec<(u64, u64)>>,
 }
 
 struct Gpu {
@@ -237,6 +260,8 @@ struct Buffers {
     row_bad: CudaSlice<u32>,
     replay_bad: CudaSlice<u32>,
     racing: CudaSlice<u32>,
+    /// Per kernel (by launch order): start and end on the GPU's global timer, ns.
+    times: CudaSlice<u64>,
 }
 
 fn dptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
@@ -316,6 +341,7 @@ impl Gpu {
             row_bad: self.main.alloc_zeros::<u32>(program.sessions as usize)?,
             replay_bad: self.main.alloc_zeros::<u32>(1)?,
             racing: self.main.alloc_zeros::<u32>(1)?,
+            times: self.main.alloc_zeros::<u64>(2 * program.ops.len().max(1))?,
         })
     }
 
@@ -343,7 +369,7 @@ impl Gpu {
         for (at, op) in program.ops.iter().enumerate() {
             match op {
                 Op::Launch(k) => {
-                    self.launch(program, b, k, blocks, side_stretch, epoch)?;
+                    self.launch(program, b, k, at, blocks, side_stretch)?;
                     launched(at, self.stream(k.stream))?;
                 }
                 Op::Wait { waiter, on } => self.stream(*waiter).join(self.stream(*on))?,
@@ -359,10 +385,11 @@ impl Gpu {
         program: &Program,
         b: &Buffers,
         k: &Kernel,
+        at: usize,
         blocks: u32,
         side_stretch: f64,
-        epoch: u64,
     ) -> Result<()> {
+        let epoch = dptr(&b.epoch, &self.main);
         let (src, dst) = match (&k.reads[..], &k.writes[..]) {
             ([s], [d]) => (*s, *d),
             _ => bail!(
@@ -384,6 +411,7 @@ impl Gpu {
         let (src_ptr, dst_ptr) = (b.ptr[&src.0], b.ptr[&dst.0]);
         let (src_words, dst_words) = (words(src), words(dst));
         let (rows, tag, keep) = (program.sessions, dst.0 as u32 + 1, 0u32);
+        let (times, slot) = (dptr(&b.times, &self.main), at as u32);
         unsafe {
             self.stream(k.stream)
                 .launch_builder(&self.sweep)
@@ -398,6 +426,8 @@ impl Gpu {
                 .arg(&per_row)
                 .arg(&copy)
                 .arg(&keep)
+                .arg(&times)
+                .arg(&slot)
                 .launch(LaunchConfig {
                     grid_dim: (blocks, 1, 1),
                     block_dim: (256, 1, 1),
@@ -535,6 +565,32 @@ fn run_arm(
     gpu.main.synchronize()?;
     gpu.load.synchronize()?;
     let elapsed = start.elapsed().as_secs_f64();
+    // Timed replays, under the same load: each one's kernel times read back on its own.
+    let mut timed = vec![];
+    for _ in 0..args.timed {
+        gpu.main.memset_zeros(&mut b.times)?;
+        if args.load {
+            unsafe {
+                gpu.load
+                    .launch_builder(&gpu.hog)
+                    .arg(&hog_ptr)
+                    .arg(&hog_words)
+                    .launch(LaunchConfig {
+                        grid_dim: (264, 1, 1),
+                        block_dim: (512, 1, 1),
+                        shared_mem_bytes: 0,
+                    })?;
+            }
+        }
+        match &captured {
+            Some(g) => g.launch()?,
+            None => gpu.walk(&program, &b, args.blocks, side_stretch, |_, _| Ok(()))?,
+        }
+        gpu.main.synchronize()?;
+        let t = gpu.main.clone_dtoh(&b.times)?;
+        timed.push(t.chunks(2).map(|c| (c[0], c[1])).collect());
+    }
+    gpu.load.synchronize()?;
     let racing = gpu.main.clone_dtoh(&b.racing)?[0];
     let replays = u64::from(args.trials) * u64::from(args.replays);
     let observed = u64::from(args.trials) * u64::from(sessions);
@@ -550,6 +606,7 @@ fn run_arm(
         racing_replays: u64::from(racing),
         replays,
         us_per_replay: 1e6 * elapsed / replays as f64,
+        timed,
     })
 }
 
@@ -664,8 +721,16 @@ fn run_suite(gpu: &Gpu, args: &Args, command: String, name: String, file: &Path)
             r.replays,
             r.us_per_replay
         );
+        let gaps = race_gaps(&v.config, v.sessions, &r.timed);
+        for g in &gaps {
+            println!(
+                "{:>26}  {} → {}: gap {:.1} µs at least, {:.1} µs median over {} timed replays",
+                "", g.first, g.second, g.min_us, g.median_us, g.replays
+            );
+        }
         results.push(GpuResult {
             variant,
+            gaps,
             corrupted: r.corrupted,
             observed: r.observed,
             racing_replays: r.racing_replays,
@@ -707,6 +772,51 @@ fn run_suite(gpu: &Gpu, args: &Args, command: String, name: String, file: &Path)
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// For each race the model's check finds in the variant: how long after the first kernel ended
+/// the second started, over the timed replays (negative: they overlapped).
+fn race_gaps(config: &Config, sessions: u32, timed: &[Vec<(u64, u64)>]) -> Vec<Gap> {
+    let program = decode_step(config, sessions);
+    let Ok(model) = capture(&program) else {
+        return vec![];
+    };
+    let launch = |kernel: &str| {
+        (program.ops.iter()).position(|op| matches!(op, Op::Launch(k) if k.name == kernel))
+    };
+    let mut gaps = vec![];
+    for f in graphrace::check(&model).findings {
+        let (a, b) = match &f {
+            Finding::UnorderedReuse { earlier, later, .. } => (earlier, later),
+            Finding::UnorderedAccess { first, second } => (first, second),
+            Finding::UnrecordedFree { .. } => continue,
+        };
+        let (Some(ia), Some(ib)) = (launch(&a.kernel), launch(&b.kernel)) else {
+            continue;
+        };
+        let mut us: Vec<f64> = (timed.iter())
+            .filter_map(|t| {
+                let ((_, a_end), (b_start, _)) = (t.get(ia)?, t.get(ib)?);
+                (*a_end > 0 && *b_start > 0).then(|| (*b_start as f64 - *a_end as f64) / 1e3)
+            })
+            .collect();
+        if us.is_empty()
+            || gaps
+                .iter()
+                .any(|g: &Gap| g.first == a.kernel && g.second == b.kernel)
+        {
+            continue;
+        }
+        us.sort_by(f64::total_cmp);
+        gaps.push(Gap {
+            first: a.kernel.clone(),
+            second: b.kernel.clone(),
+            min_us: us[0],
+            median_us: us[us.len() / 2],
+            replays: us.len() as u32,
+        });
+    }
+    gaps
 }
 
 /// Captures every captured configuration of `repro/graphrace/` and writes the graphs the
@@ -857,15 +967,27 @@ fn dump_graph(gpu: &Gpu, config: &Config, sessions: u32, blocks: u32) -> Result<
         });
     }
 
-    let mut regions = vec![Region {
-        name: "epoch".into(),
-        start: epoch,
-        end: epoch + 4,
-        home: RegionHome::Harness,
-        alloc_op: None,
-        free_op: None,
-        stream: None,
-    }];
+    let times = dptr(&b.times, &gpu.main);
+    let mut regions = vec![
+        Region {
+            name: "epoch".into(),
+            start: epoch,
+            end: epoch + 4,
+            home: RegionHome::Harness,
+            alloc_op: None,
+            free_op: None,
+            stream: None,
+        },
+        Region {
+            name: "kernel times".into(),
+            start: times,
+            end: times + 16 * program.ops.len() as u64,
+            home: RegionHome::Harness,
+            alloc_op: None,
+            free_op: None,
+            stream: None,
+        },
+    ];
     for (t, tensor) in program.tensors.iter().enumerate() {
         let (Some(&start), Some(p)) = (b.ptr.get(&t), &model.placements[t]) else {
             continue;
@@ -948,6 +1070,8 @@ fn kernel_node(h: cudarc::driver::sys::CUgraphNode) -> Result<DriverNode> {
             ("row_cycles", 8),
             ("copy", 4),
             ("keep", 4),
+            ("times", 8),
+            ("slot", 4),
         ],
         "bump" => &[("epoch", 8)],
         other => bail!("a kernel `{other}` this binary did not launch"),
@@ -1000,6 +1124,13 @@ fn kernel_node(h: cudarc::driver::sys::CUgraphNode) -> Result<DriverNode> {
             accesses.push(ByteAccess {
                 start: dst,
                 end: dst + rows * dst_words * 4,
+                write: true,
+            });
+            // Its own two timestamps.
+            let stamps = arg("times") + 16 * arg("slot");
+            accesses.push(ByteAccess {
+                start: stamps,
+                end: stamps + 16,
                 write: true,
             });
         }

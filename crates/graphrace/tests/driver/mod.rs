@@ -166,3 +166,55 @@ fn what_no_driver_writes_is_refused_with_where() {
         Err(DumpError::TooLarge { .. })
     ));
 }
+
+// ---------------------------------------------------------------- the suite judged by the GPU
+
+fn suite() -> graphrace::suite::Suite {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("repro/graphrace-suite.toml")).unwrap();
+    graphrace::suite::Suite::parse("repro/graphrace-suite.toml", &text, |name| {
+        let path = root.join(format!("repro/graphrace/{name}.toml"));
+        let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        Config::parse(&path.display().to_string(), &text).map_err(|e| e.to_string())
+    })
+    .unwrap()
+}
+
+fn judged() -> Vec<graphrace::suite::Judged> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/results");
+    let record: graphrace::suite::SuiteRecord = serde_json::from_str(
+        &std::fs::read_to_string(root.join("graphrace-suite-h200.json")).unwrap(),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(root.join("graphrace-suite-graphs-h200.json")).unwrap();
+    let graphs = GraphDump::parse("graphrace-suite-graphs-h200.json", &text).unwrap();
+    graphrace::suite::judge(&suite(), &record, &graphs).unwrap()
+}
+
+#[test]
+fn no_variant_the_check_calls_clean_corrupted_on_the_gpu() {
+    use graphrace::suite::Verdict;
+    let judged = judged();
+    assert!(judged.len() >= 20, "{} variants", judged.len());
+    for j in &judged {
+        println!(
+            "{:>26} driver {:?} model {} latent {} corrupted {}/{} margin {:?} {:?}",
+            j.variant,
+            j.driver_races,
+            j.model_races,
+            j.latent,
+            j.gpu.corrupted,
+            j.gpu.observed,
+            j.margin_us,
+            j.verdict
+        );
+        assert_ne!(j.verdict, Verdict::CleanCorrupted, "{j:#?}");
+        if let Some(d) = j.driver_races {
+            assert_eq!(
+                d, j.model_races,
+                "{}: the driver's graph and the model's",
+                j.variant
+            );
+        }
+    }
+}
