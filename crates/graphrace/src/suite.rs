@@ -152,6 +152,21 @@ pub struct GpuResult {
     /// For each race the model's check finds: how the two kernels fell in the timed replays.
     #[serde(default)]
     pub gaps: Vec<Gap>,
+    /// Each kernel's median start and end over the timed replays.
+    #[serde(default)]
+    pub kernels: Vec<KernelTime>,
+}
+
+/// When a kernel ran in the timed replays: medians, µs after the replay's first kernel started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelTime {
+    /// The kernel.
+    pub kernel: String,
+    /// Its start.
+    pub start_us: f64,
+    /// Its end.
+    pub end_us: f64,
 }
 
 /// How far apart two racing kernels ran on the GPU: the second's start less the first's end,
@@ -201,9 +216,9 @@ pub struct Judged {
     /// The confusion table's cell: flagged by the driver's graph (the model's when there is
     /// none) against corrupted on the GPU.
     pub verdict: Verdict,
-    /// For a flagged race: the room the GPU's nominal timing leaves, in µs (see [`margin`]; the
-    /// smallest over the variant's races; negative: at nominal speed the second access reaches
-    /// a shared byte before the first is done with it).
+    /// For a flagged race: the room the GPU's timed replays left, in µs (see [`margin`], with
+    /// the kernels' median times; the smallest over the variant's races; negative: the second
+    /// access reached a shared byte before the first was done with it).
     pub margin_us: Option<f64>,
 }
 
@@ -256,13 +271,14 @@ pub fn judge(
             (false, true) => Verdict::CleanCorrupted,
             (false, false) => Verdict::CleanClean,
         };
+        let times = measured_times(&model, &gpu.kernels);
         let margin_us = (report.findings.iter())
             .filter_map(|f| match f {
                 Finding::UnorderedReuse { earlier, later, .. } => Some((earlier, later)),
                 Finding::UnorderedAccess { first, second } => Some((first, second)),
                 Finding::UnrecordedFree { .. } => None,
             })
-            .filter_map(|(a, b)| margin(&model, a, b))
+            .filter_map(|(a, b)| margin(&model, &times, a, b))
             .min_by(f64::total_cmp);
         judged.push(Judged {
             variant: name,
@@ -278,32 +294,25 @@ pub fn judge(
 }
 
 /// How much later than needed the second of two racing accesses reaches the bytes they share,
-/// at the GPU arm's nominal timing, in µs: the smallest, over the shared bytes, of the time the
-/// second kernel reaches a byte less the time the first does. A corruption needs the first to
-/// run that much late (or the second that much early).
+/// in µs: the smallest, over the shared bytes, of the time the second kernel reaches a byte
+/// less the time the first does. A corruption needs the first to run that much late (or the
+/// second that much early).
 ///
-/// The timing is the GPU arm's kernels': each starts when the graph lets it (no jitter, no
-/// slow-down from sharing the GPU: their waits count clock cycles), waits its fixed cost, then
-/// sweeps its tensor one session's row at a time, waiting its per-session cost after each row.
-/// The first access is the one whose kernel starts first.
-pub fn margin(model: &Graph, a: &Use, b: &Use) -> Option<f64> {
-    let still = Timing {
-        jitter_sigma: 0.0,
-        contention: 1.0,
-    };
-    let spans = Replayer::new(model, still).schedule(Draw {
-        seed: 0,
-        trial: 0,
-        replay: 0,
-    });
+/// Each kernel of the GPU arm waits its fixed cost, then sweeps its tensor one session's row at
+/// a time. `times` gives each node's start and end (µs); between its fixed wait and its end,
+/// its rows are taken to be reached at an even pace. The first access is the one whose kernel
+/// starts first.
+pub fn margin(model: &Graph, times: &[(f64, f64)], a: &Use, b: &Use) -> Option<f64> {
     let side = |u: &Use| {
         let node = model.nodes.iter().position(|n| n.kernel.name == u.kernel)?;
         let tensor = model.tensors.iter().position(|t| t.name == u.tensor)?;
         let placed = model.placements[tensor].as_ref()?;
-        let k = &model.nodes[node].kernel;
+        let (start, end) = *times.get(node)?;
+        let fixed = model.nodes[node].kernel.cost.fixed_us.min(end - start);
+        let rows = f64::from(model.sessions.max(1));
         Some(Sweep {
-            start_us: spans[node].start_us + k.cost.fixed_us,
-            per_row_us: k.cost.per_session_us,
+            start_us: start + fixed,
+            per_row_us: (end - start - fixed).max(0.0) / rows,
             base: placed.range.start,
             row_bytes: model.tensors[tensor].row_bytes.max(1),
             bytes: placed.range.clone(),
@@ -332,6 +341,36 @@ pub fn margin(model: &Graph, a: &Use, b: &Use) -> Option<f64> {
     at.into_iter()
         .map(|byte| second.reaches(byte) - first.reaches(byte))
         .min_by(f64::total_cmp)
+}
+
+/// Each node's start and end at the GPU arm's nominal timing: as soon as the graph lets it,
+/// for its nominal duration (its waits count clock cycles: no jitter, no slow-down).
+pub fn nominal_times(model: &Graph) -> Vec<(f64, f64)> {
+    let still = Timing {
+        jitter_sigma: 0.0,
+        contention: 1.0,
+    };
+    let draw = Draw {
+        seed: 0,
+        trial: 0,
+        replay: 0,
+    };
+    (Replayer::new(model, still).schedule(draw).iter())
+        .map(|s| (s.start_us, s.end_us))
+        .collect()
+}
+
+/// Each node's start and end as the GPU measured them (`kernels`, by name); the nominal
+/// timing for any it did not time.
+pub fn measured_times(model: &Graph, kernels: &[KernelTime]) -> Vec<(f64, f64)> {
+    let nominal = nominal_times(model);
+    (model.nodes.iter().zip(nominal))
+        .map(|(n, nominal)| {
+            (kernels.iter())
+                .find(|k| k.kernel == n.kernel.name)
+                .map_or(nominal, |k| (k.start_us, k.end_us))
+        })
+        .collect()
 }
 
 /// A kernel sweeping a tensor row by row, at nominal speed.

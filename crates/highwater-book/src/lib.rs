@@ -56,7 +56,7 @@ pub mod wall;
 
 pub use experiments::Experiment;
 pub use load::{
-    Book, BookError, experiment, experiments, graphrace_config, h200, incident, incidents,
-    known_misses, recipe, rerun_record, rerun_records,
+    Book, BookError, experiment, experiments, graph_dump, graphrace_config, h200, incident,
+    incidents, judged_suite, known_misses, recipe, rerun_record, rerun_records,
 };
 pub use tables::{activation_rows, ledger_table};

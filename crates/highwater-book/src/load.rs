@@ -20,6 +20,15 @@ pub const EXPERIMENTS: &str = "repro/incident/graphrace/experiments.toml";
 pub const GRAPHRACE: &str = "repro/graphrace";
 /// Runs recorded on a GPU.
 pub const RESULTS: &str = "repro/results";
+/// The graphs CUDA built for Part II's configurations on the H200, read back from the driver.
+pub const GRAPH_DUMP: &str = "repro/results/graphrace-graph-h200.json";
+/// The variants the static check is judged on.
+pub const SUITE: &str = "repro/graphrace-suite.toml";
+/// The suite replayed on the H200, and the graph of each captured variant.
+pub const SUITE_RESULTS: [&str; 2] = [
+    "repro/results/graphrace-suite-h200.json",
+    "repro/results/graphrace-suite-graphs-h200.json",
+];
 /// The H200's card profile, which the dry run starts from.
 pub const H200: &str = "repro/cards/h200.json";
 /// The H200's autotune cache: the kernels the GPU picked, for the dry run to pick.
@@ -145,6 +154,27 @@ impl Book {
             &path.display().to_string(),
             &text,
         )?)
+    }
+
+    /// A dump of the graphs CUDA built (`graphrace-gpu --dump-graph`), checked.
+    pub fn graph_dump(&self, relative: &str) -> Result<graphrace::driver::GraphDump, BookError> {
+        let path = self.path(relative);
+        let text = read(&path)?;
+        graphrace::driver::GraphDump::parse(relative, &text)
+            .map_err(|e| BookError::Refused(e.to_string()))
+    }
+
+    /// The suite ([`SUITE`]), each variant judged: the static check on the graph the H200
+    /// built for it against the H200's replays ([`SUITE_RESULTS`]).
+    pub fn judged_suite(&self) -> Result<Vec<graphrace::suite::Judged>, BookError> {
+        let text = read(&self.path(SUITE))?;
+        let suite = graphrace::suite::Suite::parse(SUITE, &text, |name| {
+            self.graphrace_config(name).map_err(|e| e.to_string())
+        })?;
+        let record: graphrace::suite::SuiteRecord = self.json(SUITE_RESULTS[0])?;
+        let graphs = self.graph_dump(SUITE_RESULTS[1])?;
+        graphrace::suite::judge(&suite, &record, &graphs)
+            .map_err(|e| BookError::Refused(e.to_string()))
     }
 
     /// A JSON file read into `T`.
@@ -290,6 +320,16 @@ pub fn experiment(model: &str) -> Result<Experiment, BookError> {
 /// [`Book::graphrace_config`] from the cells' directory: `repro/graphrace/NAME.toml`.
 pub fn graphrace_config(name: &str) -> Result<graphrace::Config, BookError> {
     Book::here().graphrace_config(name)
+}
+
+/// [`Book::graph_dump`] from the cells' directory.
+pub fn graph_dump(relative: &str) -> Result<graphrace::driver::GraphDump, BookError> {
+    Book::here().graph_dump(relative)
+}
+
+/// [`Book::judged_suite`] from the cells' directory.
+pub fn judged_suite() -> Result<Vec<graphrace::suite::Judged>, BookError> {
+    Book::here().judged_suite()
 }
 
 /// [`Book::rerun_record`] from the cells' directory.

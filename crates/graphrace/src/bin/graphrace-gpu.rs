@@ -44,7 +44,7 @@ use cudarc::driver::{
 use graphrace::Finding;
 use graphrace::driver::{ByteAccess, DriverGraph, DriverNode, GraphDump, Region, RegionHome};
 use graphrace::program::{Home, Kernel, Op, Program, TensorId};
-use graphrace::suite::{Gap, GpuResult, Suite, SuiteRecord};
+use graphrace::suite::{Gap, GpuResult, KernelTime, Suite, SuiteRecord};
 use graphrace::{Config, Graph, Mode, Stream, capture, decode_step};
 use serde::Serialize;
 
@@ -722,6 +722,7 @@ fn run_suite(gpu: &Gpu, args: &Args, command: String, name: String, file: &Path)
             r.us_per_replay
         );
         let gaps = race_gaps(&v.config, v.sessions, &r.timed);
+        let kernels = kernel_times(&v.config, v.sessions, &r.timed);
         for g in &gaps {
             println!(
                 "{:>26}  {} → {}: gap {:.1} µs at least, {:.1} µs median over {} timed replays",
@@ -731,6 +732,7 @@ fn run_suite(gpu: &Gpu, args: &Args, command: String, name: String, file: &Path)
         results.push(GpuResult {
             variant,
             gaps,
+            kernels,
             corrupted: r.corrupted,
             observed: r.observed,
             racing_replays: r.racing_replays,
@@ -772,6 +774,35 @@ fn run_suite(gpu: &Gpu, args: &Args, command: String, name: String, file: &Path)
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Each kernel's median start and end over the timed replays, µs after the replay's first
+/// kernel started.
+fn kernel_times(config: &Config, sessions: u32, timed: &[Vec<(u64, u64)>]) -> Vec<KernelTime> {
+    let program = decode_step(config, sessions);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    (program.ops.iter().enumerate())
+        .filter_map(|(at, op)| {
+            let Op::Launch(k) = op else { return None };
+            let (mut starts, mut ends) = (vec![], vec![]);
+            for t in timed {
+                let t0 = t.iter().map(|s| s.0).filter(|&s| s > 0).min()?;
+                let &(start, end) = t.get(at)?;
+                if start >= t0 && end >= start {
+                    starts.push((start - t0) as f64 / 1e3);
+                    ends.push((end - t0) as f64 / 1e3);
+                }
+            }
+            Some(KernelTime {
+                kernel: k.name.clone(),
+                start_us: median(starts)?,
+                end_us: median(ends)?,
+            })
+        })
+        .collect()
 }
 
 /// For each race the model's check finds in the variant: how long after the first kernel ended
