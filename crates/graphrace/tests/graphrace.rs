@@ -375,7 +375,7 @@ fn cli_check_graph() {
     let lines: Vec<serde_json::Value> = (text(&out.stdout).lines())
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 6);
+    assert!(lines.len() >= 14, "{} graphs", lines.len());
     for line in &lines {
         assert_eq!(
             line["against_model"]["only_model_orders"],

@@ -35,15 +35,20 @@ fn the_dump_starts_with_its_command_and_holds_every_captured_configuration() {
     let dump = dump();
     assert_eq!(dump.gpu, "NVIDIA H200");
     let configs: BTreeSet<&str> = dump.graphs.iter().map(|g| g.config.as_str()).collect();
-    let expected = [
-        "clone",
-        "fp8",
-        "incident",
-        "logits-cached",
-        "overlap-off",
-        "record-stream",
-    ];
-    assert_eq!(configs, BTreeSet::from(expected));
+    // Every configuration of repro/graphrace/ that is captured (eager is not).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/graphrace");
+    let mut captured = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.extension().is_some_and(|e| e == "toml")
+            && config(&name).mode == graphrace::Mode::Captured
+        {
+            captured.insert(name);
+        }
+    }
+    assert_eq!(configs, captured.iter().map(String::as_str).collect());
+    assert!(configs.len() >= 14);
 }
 
 #[test]
@@ -197,17 +202,6 @@ fn no_variant_the_check_calls_clean_corrupted_on_the_gpu() {
     let judged = judged();
     assert!(judged.len() >= 20, "{} variants", judged.len());
     for j in &judged {
-        println!(
-            "{:>26} driver {:?} model {} latent {} corrupted {}/{} margin {:?} {:?}",
-            j.variant,
-            j.driver_races,
-            j.model_races,
-            j.latent,
-            j.gpu.corrupted,
-            j.gpu.observed,
-            j.margin_us,
-            j.verdict
-        );
         assert_ne!(j.verdict, Verdict::CleanCorrupted, "{j:#?}");
         if let Some(d) = j.driver_races {
             assert_eq!(
@@ -216,5 +210,39 @@ fn no_variant_the_check_calls_clean_corrupted_on_the_gpu() {
                 j.variant
             );
         }
+        // The measured margin accounts for every flagged variant: negative where the GPU
+        // corrupted, positive where it never did.
+        match j.verdict {
+            Verdict::FlaggedCorrupted => assert!(j.margin_us.unwrap() < 0.0, "{j:#?}"),
+            Verdict::FlaggedClean => assert!(j.margin_us.unwrap() > 0.0, "{j:#?}"),
+            _ => assert_eq!(j.margin_us, None, "{j:#?}"),
+        }
     }
+    let count = |v: Verdict| judged.iter().filter(|j| j.verdict == v).count();
+    assert!(count(Verdict::FlaggedCorrupted) >= 2 && count(Verdict::CleanClean) >= 2);
+}
+
+#[test]
+fn the_suite_refuses_what_it_cannot_run_with_where() {
+    let load = |name: &str| match name {
+        "incident" => Ok(Config::incident()),
+        other => Err(format!("no configuration `{other}`")),
+    };
+    let parse = |text: &str| graphrace::suite::Suite::parse("s.toml", text, load);
+    let ok = parse("[[variant]]\nconfig = \"incident\"\nsessions = [1, 36]\n").unwrap();
+    assert_eq!(
+        ok.variants.iter().map(|v| v.name()).collect::<Vec<_>>(),
+        ["incident@1", "incident@36"]
+    );
+    let e = parse("[[variant]]\nconfig = \"nope\"\nsessions = [1]\n").unwrap_err();
+    assert_eq!(e.to_string(), "s.toml:2: no configuration `nope`");
+    let e = parse("[[variant]]\nconfig = \"incident\"\nsessions = [0]\n").unwrap_err();
+    assert_eq!(e.line, 3, "{e}");
+    let e = parse("[[variant]]\nconfig = \"incident\"\nsessions = [2, 2]\n").unwrap_err();
+    assert!(
+        e.to_string().contains("`incident@2` is in the suite twice"),
+        "{e}"
+    );
+    let e = parse("[[variant]]\nconfig = \"incident\"\nsesions = [2]\n").unwrap_err();
+    assert!(e.to_string().contains("unknown field"), "{e}");
 }
