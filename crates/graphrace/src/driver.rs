@@ -259,9 +259,14 @@ impl DriverGraph {
     pub fn node_name(&self, node: usize) -> String {
         let n = &self.nodes[node];
         let what = n.function.as_deref().unwrap_or(&n.kind);
-        let mut writes: Vec<&str> = (n.accesses.iter())
+        // What it writes of the step's; the harness's own buffers only if that is all.
+        let written: Vec<&Region> = (n.accesses.iter())
             .filter(|a| a.write)
             .flat_map(|a| self.tenants(node, a.start..a.end))
+            .collect();
+        let of_step = written.iter().any(|r| r.home != RegionHome::Harness);
+        let mut writes: Vec<&str> = (written.iter())
+            .filter(|r| !of_step || r.home != RegionHome::Harness)
             .map(|r| r.name.as_str())
             .collect();
         writes.dedup();
