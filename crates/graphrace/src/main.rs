@@ -6,6 +6,7 @@
 //! graphrace check --config repro/graphrace/incident.toml --sessions 60
 //! graphrace timeline --config repro/graphrace/incident.toml --sessions 60
 //! graphrace check-graph --graph repro/results/graphrace-graph-h200.json --config incident
+//! graphrace suite
 //! ```
 //!
 //! Without a subcommand it prints corruption rates: one row per concurrency, one column per
@@ -14,7 +15,9 @@
 //! way: findings are the output, not a failure). `timeline` prints the kernels of the first
 //! replay in which something collided, and what collided. `check-graph` runs the check on the
 //! graphs CUDA built (dumped on a GPU by `graphrace-gpu --dump-graph`): each race with its
-//! witness, and where the driver's ordering differs from the model's.
+//! witness, and where the driver's ordering differs from the model's. `suite` judges the check
+//! against the GPU: every variant of the suite, its races, what the GPU's replays corrupted and
+//! the margin they left, then the confusion table.
 //!
 //! A configuration file that cannot be used exits with status 1 and names the file, the line
 //! and the reason; usage errors exit with clap's status 2.
@@ -27,6 +30,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use graphrace::driver::{self, DriverGraph, GraphDump};
+use graphrace::suite::{Suite, SuiteRecord, Verdict, judge};
 use graphrace::{Captured, Config, MAX_SESSIONS, Timing, Workload};
 
 /// The CUDA-graph multi-stream race, modelled: rates, the static check, a racing replay.
@@ -53,6 +57,39 @@ enum Command {
     /// The static check on the graphs CUDA built: races with a witness, and the driver's
     /// ordering against the model's.
     CheckGraph(GraphArgs),
+    /// The check judged against the GPU on the suite's variants: the confusion table.
+    Suite(SuiteArgs),
+}
+
+#[derive(Debug, Args)]
+struct SuiteArgs {
+    /// The suite's variants.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "repro/graphrace-suite.toml"
+    )]
+    suite: PathBuf,
+    /// The GPU's replays of it (`graphrace-gpu --suite … --out`).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "repro/results/graphrace-suite-h200.json"
+    )]
+    gpu: PathBuf,
+    /// The graphs the GPU built for it (`graphrace-gpu --suite … --dump-graph`).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "repro/results/graphrace-suite-graphs-h200.json"
+    )]
+    graphs: PathBuf,
+    /// Where the configurations are.
+    #[arg(long, value_name = "DIR", default_value = "repro/graphrace")]
+    configs: PathBuf,
+    /// One JSON object per variant per line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -344,12 +381,11 @@ fn timeline(args: &OneArgs) -> Result<()> {
     Ok(())
 }
 
-fn check_graph(args: &GraphArgs) -> Result<()> {
-    let path = &args.graph;
+/// A graph dump, its size checked before it is read.
+fn read_dump(path: &Path) -> Result<GraphDump> {
     let bytes = std::fs::metadata(path)
         .with_context(|| format!("cannot read graph dump {}", path.display()))?
         .len();
-    // Refused before it is read.
     if bytes > driver::MAX_FILE_BYTES {
         bail!(
             "{}: {bytes} bytes, more than the {} a graph dump may have",
@@ -359,7 +395,85 @@ fn check_graph(args: &GraphArgs) -> Result<()> {
     }
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read graph dump {}", path.display()))?;
-    let dump = GraphDump::parse(&path.display().to_string(), &text)?;
+    Ok(GraphDump::parse(&path.display().to_string(), &text)?)
+}
+
+fn suite(args: &SuiteArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.suite)
+        .with_context(|| format!("cannot read suite {}", args.suite.display()))?;
+    let suite = Suite::parse(&args.suite.display().to_string(), &text, |name| {
+        load(&args.configs.join(format!("{name}.toml"))).map_err(|e| format!("{e:#}"))
+    })?;
+    let record: SuiteRecord = serde_json::from_str(
+        &std::fs::read_to_string(&args.gpu)
+            .with_context(|| format!("cannot read {}", args.gpu.display()))?,
+    )
+    .with_context(|| format!("{} is not a suite record", args.gpu.display()))?;
+    let judged = judge(&suite, &record, &read_dump(&args.graphs)?)?;
+    if args.json {
+        for j in &judged {
+            say!("{}", serde_json::to_string(j)?)?;
+        }
+        return Ok(());
+    }
+    say!(
+        "{} variants on the {} (driver {}, {}): {} trials × {} replays each{}",
+        judged.len(),
+        record.gpu,
+        record.driver,
+        record.date,
+        record.trials,
+        record.replays_per_trial,
+        if record.load { ", under load" } else { "" }
+    )?;
+    let rows: Vec<Vec<String>> = (judged.iter())
+        .map(|j| {
+            vec![
+                j.variant.clone(),
+                j.driver_races
+                    .map_or(format!("{}*", j.model_races), |n| n.to_string()),
+                j.latent.to_string(),
+                format!("{}/{}", j.gpu.corrupted, j.gpu.observed),
+                j.margin_us.map_or("-".into(), |m| format!("{m:+.1}")),
+                format!("{:?}", j.verdict),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "variant",
+            "races",
+            "latent",
+            "corrupted",
+            "margin µs",
+            "verdict",
+        ]
+        .map(String::from),
+        &rows,
+    )?;
+    say!("(* not captured: the model's graph)")?;
+    let count = |v: Verdict| judged.iter().filter(|j| j.verdict == v).count().to_string();
+    print_table(
+        &["", "corrupted", "never corrupted"].map(String::from),
+        &[
+            vec![
+                "flagged".into(),
+                count(Verdict::FlaggedCorrupted),
+                count(Verdict::FlaggedClean),
+            ],
+            vec![
+                "clean".into(),
+                count(Verdict::CleanCorrupted),
+                count(Verdict::CleanClean),
+            ],
+        ],
+    )?;
+    Ok(())
+}
+
+fn check_graph(args: &GraphArgs) -> Result<()> {
+    let path = &args.graph;
+    let dump = read_dump(path)?;
     let graphs: Vec<&DriverGraph> = match &args.config {
         Some(name) => vec![dump.graph(name).with_context(|| {
             let have: Vec<&str> = dump.graphs.iter().map(|g| g.config.as_str()).collect();
@@ -474,6 +588,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Command::Check(args)) => check(args),
         Some(Command::Timeline(args)) => timeline(args),
         Some(Command::CheckGraph(args)) => check_graph(args),
+        Some(Command::Suite(args)) => suite(args),
         None if cli.rates.configs.is_empty() => bail!("no --config given"),
         None => rates(&cli.rates),
     }

@@ -390,6 +390,20 @@ fn cli_check_graph() {
 }
 
 #[test]
+fn cli_suite() {
+    let out = snapshot("suite", &["suite"]);
+    assert!(out.status.success());
+    let out = graphrace(&["suite", "--json"]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).lines().count() >= 20);
+    let out = snapshot(
+        "suite-bad",
+        &["suite", "--suite", "repro/graphrace/incident.toml"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
 fn cli_check_and_timeline() {
     for (name, sub) in [("check", "check"), ("timeline", "timeline")] {
         let out = snapshot(
