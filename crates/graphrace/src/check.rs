@@ -68,6 +68,16 @@ impl Finding {
     pub fn is_race(&self) -> bool {
         !matches!(self, Finding::UnrecordedFree { .. })
     }
+
+    /// A race's two accesses, the one that should come first first (the earlier tenant's, or
+    /// the earlier launch's); `None` for a latent hazard.
+    pub fn race_pair(&self) -> Option<(&Use, &Use)> {
+        match self {
+            Finding::UnorderedReuse { earlier, later, .. } => Some((earlier, later)),
+            Finding::UnorderedAccess { first, second } => Some((first, second)),
+            Finding::UnrecordedFree { .. } => None,
+        }
+    }
 }
 
 /// `29.6 MiB (31027200 B)`: readable, and exact for matching against a log.

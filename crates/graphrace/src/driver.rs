@@ -29,6 +29,11 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 pub const MAX_NODES: usize = 20_000;
 /// The most edges a graph may have.
 pub const MAX_EDGES: usize = 1_000_000;
+/// The most byte accesses a graph's nodes may have, all together.
+pub const MAX_ACCESSES: usize = 1_000_000;
+/// The most races [`check`] lists (each witness holds a schedule of every node): a graph with
+/// more has bigger problems than the list.
+pub const MAX_WITNESSES: usize = 100;
 
 /// A dump file: provenance first (`command` is the very first field), then one graph per
 /// configuration captured.
@@ -53,7 +58,8 @@ pub struct GraphDump {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriverGraph {
-    /// The configuration's name (`repro/graphrace/<name>.toml`).
+    /// The configuration's name (`repro/graphrace/<name>.toml`), or in a suite's dump the
+    /// variant's (`incident@36`: the configuration at that many sessions).
     pub config: String,
     /// Concurrent sessions it was captured for.
     pub sessions: u32,
@@ -142,6 +148,14 @@ pub struct ByteAccess {
 /// A dump that cannot be used, and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DumpError {
+    /// The file cannot be read.
+    #[error("{origin}: {reason}")]
+    Unreadable {
+        /// The file.
+        origin: String,
+        /// Why not.
+        reason: String,
+    },
     /// Larger than [`MAX_FILE_BYTES`].
     #[error("{origin}: {bytes} bytes, more than the {max} a graph dump may have")]
     TooLarge {
@@ -203,6 +217,25 @@ impl GraphDump {
         Ok(dump)
     }
 
+    /// Reads the dump at `path`, refusing a file over [`MAX_FILE_BYTES`] before reading it.
+    pub fn read(path: &std::path::Path) -> Result<GraphDump, DumpError> {
+        let origin = path.display().to_string();
+        let unreadable = |e: std::io::Error| DumpError::Unreadable {
+            origin: origin.clone(),
+            reason: e.to_string(),
+        };
+        let bytes = std::fs::metadata(path).map_err(unreadable)?.len();
+        if bytes > MAX_FILE_BYTES {
+            return Err(DumpError::TooLarge {
+                origin,
+                bytes,
+                max: MAX_FILE_BYTES,
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(unreadable)?;
+        GraphDump::parse(&origin, &text)
+    }
+
     /// The graph captured for `config`.
     pub fn graph(&self, config: &str) -> Option<&DriverGraph> {
         self.graphs.iter().find(|g| g.config == config)
@@ -242,6 +275,20 @@ impl DriverGraph {
                     a.start, a.end
                 ));
             }
+        }
+        let accesses: usize = self.nodes.iter().map(|n| n.accesses.len()).sum();
+        if accesses > MAX_ACCESSES {
+            return Err(format!(
+                "{accesses} byte accesses, more than the {MAX_ACCESSES} the check takes"
+            ));
+        }
+        if let Some(r) = (self.regions.iter())
+            .find(|r| matches!((r.alloc_op, r.free_op), (Some(a), Some(f)) if f <= a))
+        {
+            return Err(format!(
+                "region `{}` is freed before it is allocated",
+                r.name
+            ));
         }
         if let Some(r) = self.regions.iter().find(|r| r.start >= r.end) {
             return Err(format!(
@@ -412,7 +459,8 @@ pub struct Witness {
     pub first: NodeAccess,
     /// The other.
     pub second: NodeAccess,
-    /// The bytes both touch.
+    /// Bytes both touch: the overlap of the first pair of their accesses found (one row, where a
+    /// kernel reads row by row).
     pub bytes: Range<u64>,
     /// For a reuse: how the block changed hands (`None`: both touch the same tensor).
     pub handoff: Option<Handoff>,
@@ -474,9 +522,17 @@ pub fn check(graph: &DriverGraph) -> Vec<Witness> {
         .collect();
     accesses.sort_by_key(|(node, a)| (a.start, a.end, *node));
     let mut found: Vec<Witness> = vec![];
-    // One witness per pair of nodes and the tensors they hold the bytes as.
+    // One witness per pair of nodes and the tensors they hold the bytes as, and at most
+    // MAX_WITNESSES: the key is made before the witness (whose schedule is the costly part).
     let mut seen: HashSet<[(usize, String); 2]> = HashSet::new();
-    for (i, (na, a)) in accesses.iter().enumerate() {
+    let tenant = |node: usize, bytes: Range<u64>| {
+        graph
+            .tenants(node, bytes)
+            .next()
+            .map(|r| r.name.clone())
+            .unwrap_or_default()
+    };
+    'sweep: for (i, (na, a)) in accesses.iter().enumerate() {
         for (nb, b) in &accesses[i + 1..] {
             if b.start >= a.end {
                 break;
@@ -485,14 +541,17 @@ pub fn check(graph: &DriverGraph) -> Vec<Witness> {
                 continue;
             }
             let bytes = a.start.max(b.start)..a.end.min(b.end);
-            let witness = witness(graph, &reach, (*na, a), (*nb, b), bytes);
             let mut key = [
-                (witness.first.node, witness.first.tensor.clone()),
-                (witness.second.node, witness.second.tensor.clone()),
+                (*na, tenant(*na, bytes.clone())),
+                (*nb, tenant(*nb, bytes.clone())),
             ];
             key.sort();
-            if seen.insert(key) {
-                found.push(witness);
+            if !seen.insert(key) {
+                continue;
+            }
+            found.push(witness(graph, &reach, (*na, a), (*nb, b), bytes));
+            if found.len() == MAX_WITNESSES {
+                break 'sweep;
             }
         }
     }
@@ -517,6 +576,11 @@ fn witness(
     };
     let (ra, rb) = (tenant(na), tenant(nb));
     let (mut first, mut second) = (side(na, a), side(nb, b));
+    // Both on one tensor: the access launched first should come first.
+    let launched = |n: usize| (graph.nodes[n].host_op, n);
+    if ra.map(|r| &r.name) == rb.map(|r| &r.name) && launched(nb) < launched(na) {
+        std::mem::swap(&mut first, &mut second);
+    }
     let mut handoff = None;
     if let (Some(ra), Some(rb)) = (ra, rb)
         && ra.name != rb.name
@@ -588,7 +652,8 @@ fn overlapping_schedule(reach: &Reach, a: usize, b: usize) -> Vec<Slot> {
 pub fn keeps_every_edge(graph: &DriverGraph, schedule: &[Slot]) -> bool {
     let mut at: HashMap<usize, &Slot> = HashMap::new();
     for s in schedule {
-        if s.start >= s.end || at.insert(s.node, s).is_some() {
+        let known = s.node < graph.nodes.len();
+        if !known || s.start >= s.end || at.insert(s.node, s).is_some() {
             return false;
         }
     }
@@ -604,7 +669,8 @@ pub fn keeps_every_edge(graph: &DriverGraph, schedule: &[Slot]) -> bool {
 pub struct Comparison {
     /// Model kernels found in the driver's graph (by the bytes they read and write).
     pub matched: usize,
-    /// Driver nodes with no model kernel: the GPU arm's own (named).
+    /// Driver nodes that no model kernel matched, named (in the GPU arm's graphs: its own
+    /// replay counter).
     pub harness: Vec<String>,
     /// Model kernels the driver's graph lacks.
     pub missing: Vec<String>,

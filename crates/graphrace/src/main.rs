@@ -381,23 +381,6 @@ fn timeline(args: &OneArgs) -> Result<()> {
     Ok(())
 }
 
-/// A graph dump, its size checked before it is read.
-fn read_dump(path: &Path) -> Result<GraphDump> {
-    let bytes = std::fs::metadata(path)
-        .with_context(|| format!("cannot read graph dump {}", path.display()))?
-        .len();
-    if bytes > driver::MAX_FILE_BYTES {
-        bail!(
-            "{}: {bytes} bytes, more than the {} a graph dump may have",
-            path.display(),
-            driver::MAX_FILE_BYTES
-        );
-    }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read graph dump {}", path.display()))?;
-    Ok(GraphDump::parse(&path.display().to_string(), &text)?)
-}
-
 fn suite(args: &SuiteArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.suite)
         .with_context(|| format!("cannot read suite {}", args.suite.display()))?;
@@ -409,7 +392,7 @@ fn suite(args: &SuiteArgs) -> Result<()> {
             .with_context(|| format!("cannot read {}", args.gpu.display()))?,
     )
     .with_context(|| format!("{} is not a suite record", args.gpu.display()))?;
-    let judged = judge(&suite, &record, &read_dump(&args.graphs)?)?;
+    let judged = judge(&suite, &record, &GraphDump::read(&args.graphs)?)?;
     if args.json {
         for j in &judged {
             say!("{}", serde_json::to_string(j)?)?;
@@ -473,7 +456,7 @@ fn suite(args: &SuiteArgs) -> Result<()> {
 
 fn check_graph(args: &GraphArgs) -> Result<()> {
     let path = &args.graph;
-    let dump = read_dump(path)?;
+    let dump = GraphDump::read(path)?;
     let graphs: Vec<&DriverGraph> = match &args.config {
         Some(name) => vec![dump.graph(name).with_context(|| {
             let have: Vec<&str> = dump.graphs.iter().map(|g| g.config.as_str()).collect();
@@ -487,7 +470,9 @@ fn check_graph(args: &GraphArgs) -> Result<()> {
     };
     for g in graphs {
         let races = driver::check(g);
-        let file = args.configs.join(format!("{}.toml", g.config));
+        // A suite's graphs are named by variant (`incident@36`): the configuration is before `@`.
+        let config = g.config.split('@').next().unwrap_or_default();
+        let file = args.configs.join(format!("{config}.toml"));
         let model = load(&file)
             .and_then(|config| captured(&config, g.sessions))
             .map(|c| driver::compare(g, &c.graph));
@@ -530,7 +515,7 @@ fn check_graph(args: &GraphArgs) -> Result<()> {
         match model {
             Ok(c) if c.agrees() => say!(
                 "  against the model ({}, {} sessions): {} kernels matched, same order; the \
-                 harness's own: {}",
+                 driver's nodes no model kernel matched: {}",
                 file.display(),
                 g.sessions,
                 c.matched,

@@ -129,6 +129,9 @@ pub struct SuiteRecord {
     pub trials: u32,
     /// A bandwidth hog ran on a third stream.
     pub load: bool,
+    /// Replays per variant timed kernel by kernel after the counted ones.
+    #[serde(default)]
+    pub timed_replays: u32,
     /// One per variant, in the suite's order.
     pub results: Vec<GpuResult>,
 }
@@ -216,7 +219,7 @@ pub struct Judged {
     /// The confusion table's cell: flagged by the driver's graph (the model's when there is
     /// none) against corrupted on the GPU.
     pub verdict: Verdict,
-    /// For a flagged race: the room the GPU's timed replays left, in µs (see [`margin`], with
+    /// For a flagged variant: the room the GPU's timed replays left, in µs (see [`margin`], with
     /// the kernels' median times; the smallest over the variant's races; negative: the second
     /// access reached a shared byte before the first was done with it).
     pub margin_us: Option<f64>,
@@ -273,11 +276,8 @@ pub fn judge(
         };
         let times = measured_times(&model, &gpu.kernels);
         let margin_us = (report.findings.iter())
-            .filter_map(|f| match f {
-                Finding::UnorderedReuse { earlier, later, .. } => Some((earlier, later)),
-                Finding::UnorderedAccess { first, second } => Some((first, second)),
-                Finding::UnrecordedFree { .. } => None,
-            })
+            .filter(|_| flagged)
+            .filter_map(Finding::race_pair)
             .filter_map(|(a, b)| margin(&model, &times, a, b))
             .min_by(f64::total_cmp);
         judged.push(Judged {
@@ -300,8 +300,8 @@ pub fn judge(
 ///
 /// Each kernel of the GPU arm waits its fixed cost, then sweeps its tensor one session's row at
 /// a time. `times` gives each node's start and end (µs); between its fixed wait and its end,
-/// its rows are taken to be reached at an even pace. The first access is the one whose kernel
-/// starts first.
+/// its rows are taken to be reached at an even pace. `a` is the access that should come first
+/// (the earlier tenant's, or the earlier launch's: [`Finding::race_pair`]).
 pub fn margin(model: &Graph, times: &[(f64, f64)], a: &Use, b: &Use) -> Option<f64> {
     let side = |u: &Use| {
         let node = model.nodes.iter().position(|n| n.kernel.name == u.kernel)?;
@@ -318,12 +318,7 @@ pub fn margin(model: &Graph, times: &[(f64, f64)], a: &Use, b: &Use) -> Option<f
             bytes: placed.range.clone(),
         })
     };
-    let (a, b) = (side(a)?, side(b)?);
-    let (first, second) = if a.start_us <= b.start_us {
-        (a, b)
-    } else {
-        (b, a)
-    };
+    let (first, second) = (side(a)?, side(b)?);
     let shared = first.bytes.start.max(second.bytes.start)..first.bytes.end.min(second.bytes.end);
     if shared.is_empty() {
         return None;
@@ -392,5 +387,60 @@ impl Sweep {
     fn reaches(&self, byte: u64) -> f64 {
         let row = (byte - self.base) / self.row_bytes;
         self.start_us + row as f64 * self.per_row_us
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::{Cost, Program, Stream};
+
+    const MIB: u64 = 1 << 20;
+
+    /// `fill` writes `scratch` on main; the side reads it, while main hands its block to `out`
+    /// and writes it: the reuse race, the side's read starting at `read_at` µs and main's write
+    /// at `write_at`, both sweeping one row per µs over 4 sessions.
+    fn handoff(read_at: f64, write_at: f64) -> (Graph, Vec<(f64, f64)>) {
+        let mut p = Program::new(4);
+        let c = Cost {
+            fixed_us: 0.0,
+            per_session_us: 1.0,
+        };
+        let scratch = p.alloc("scratch", Stream::Main, MIB);
+        p.launch("fill", Stream::Main, c, &[], &[scratch]);
+        p.wait(Stream::Side, Stream::Main);
+        p.launch("consume", Stream::Side, c, &[scratch], &[]);
+        p.free(scratch);
+        let out = p.alloc("out", Stream::Main, MIB);
+        p.launch("produce", Stream::Main, c, &[], &[out]);
+        p.wait(Stream::Main, Stream::Side);
+        let g = capture(&p).unwrap();
+        let times = vec![
+            (0.0, 4.0),
+            (read_at, read_at + 4.0),
+            (write_at, write_at + 4.0),
+        ];
+        (g, times)
+    }
+
+    fn race_margin(read_at: f64, write_at: f64) -> f64 {
+        let (g, times) = handoff(read_at, write_at);
+        let report = check(&g);
+        let (a, b) = report.findings.iter().find_map(Finding::race_pair).unwrap();
+        assert_eq!(
+            (a.kernel.as_str(), b.kernel.as_str()),
+            ("consume", "produce")
+        );
+        margin(&g, &times, a, b).unwrap()
+    }
+
+    #[test]
+    fn the_margin_is_how_late_the_writer_reaches_each_row_after_the_reader() {
+        // The reader sweeps rows 0..4 from 4 µs, the writer from 10 µs: 6 µs to spare.
+        assert_eq!(race_margin(4.0, 10.0), 6.0);
+        // The writer starts first and stays ahead: every row is overwritten before it is read.
+        assert_eq!(race_margin(10.0, 4.0), -6.0);
+        // Both at once: a tie on every row.
+        assert_eq!(race_margin(4.0, 4.0), 0.0);
     }
 }

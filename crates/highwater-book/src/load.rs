@@ -158,9 +158,7 @@ impl Book {
 
     /// A dump of the graphs CUDA built (`graphrace-gpu --dump-graph`), checked.
     pub fn graph_dump(&self, relative: &str) -> Result<graphrace::driver::GraphDump, BookError> {
-        let path = self.path(relative);
-        let text = read(&path)?;
-        graphrace::driver::GraphDump::parse(relative, &text)
+        graphrace::driver::GraphDump::read(&self.path(relative))
             .map_err(|e| BookError::Refused(e.to_string()))
     }
 

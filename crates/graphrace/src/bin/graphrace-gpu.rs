@@ -752,6 +752,7 @@ fn run_suite(gpu: &Gpu, args: &Args, command: String, name: String, file: &Path)
         replays_per_trial: args.replays,
         trials: args.trials,
         load: args.load,
+        timed_replays: args.timed,
         results,
     };
     let dump = GraphDump {
@@ -789,8 +790,12 @@ fn kernel_times(config: &Config, sessions: u32, timed: &[Vec<(u64, u64)>]) -> Ve
             let Op::Launch(k) = op else { return None };
             let (mut starts, mut ends) = (vec![], vec![]);
             for t in timed {
-                let t0 = t.iter().map(|s| s.0).filter(|&s| s > 0).min()?;
-                let &(start, end) = t.get(at)?;
+                let Some(t0) = t.iter().map(|s| s.0).filter(|&s| s > 0).min() else {
+                    continue;
+                };
+                let Some(&(start, end)) = t.get(at) else {
+                    continue;
+                };
                 if start >= t0 && end >= start {
                     starts.push((start - t0) as f64 / 1e3);
                     ends.push((end - t0) as f64 / 1e3);
@@ -816,12 +821,8 @@ fn race_gaps(config: &Config, sessions: u32, timed: &[Vec<(u64, u64)>]) -> Vec<G
         (program.ops.iter()).position(|op| matches!(op, Op::Launch(k) if k.name == kernel))
     };
     let mut gaps = vec![];
-    for f in graphrace::check(&model).findings {
-        let (a, b) = match &f {
-            Finding::UnorderedReuse { earlier, later, .. } => (earlier, later),
-            Finding::UnorderedAccess { first, second } => (first, second),
-            Finding::UnrecordedFree { .. } => continue,
-        };
+    let report = graphrace::check(&model);
+    for (a, b) in report.findings.iter().filter_map(Finding::race_pair) {
         let (Some(ia), Some(ib)) = (launch(&a.kernel), launch(&b.kernel)) else {
             continue;
         };
