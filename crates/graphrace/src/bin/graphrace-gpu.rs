@@ -534,41 +534,8 @@ fn run_arm(
     };
     let hog_ptr = dptr(hog_buf, &gpu.load);
     let hog_words = hog_buf.len() as u64;
-    let mut corrupted = 0u64;
-    gpu.main.synchronize()?;
-    let start = Instant::now();
-    for _ in 0..args.trials {
-        gpu.main.memset_zeros(&mut b.row_bad)?;
-        for _ in 0..args.replays {
-            if args.load {
-                unsafe {
-                    gpu.load
-                        .launch_builder(&gpu.hog)
-                        .arg(&hog_ptr)
-                        .arg(&hog_words)
-                        .launch(LaunchConfig {
-                            grid_dim: (264, 1, 1),
-                            block_dim: (512, 1, 1),
-                            shared_mem_bytes: 0,
-                        })?;
-                }
-            }
-            match &captured {
-                Some(g) => g.launch()?,
-                None => gpu.walk(&program, &b, args.blocks, side_stretch, |_, _| Ok(()))?,
-            }
-            gpu.check(&program, &b)?;
-        }
-        let rows = gpu.main.clone_dtoh(&b.row_bad)?;
-        corrupted += rows.iter().filter(|r| **r != 0).count() as u64;
-    }
-    gpu.main.synchronize()?;
-    gpu.load.synchronize()?;
-    let elapsed = start.elapsed().as_secs_f64();
-    // Timed replays, under the same load: each one's kernel times read back on its own.
-    let mut timed = vec![];
-    for _ in 0..args.timed {
-        gpu.main.memset_zeros(&mut b.times)?;
+    // One replay: the hog on its stream (under load), then the step, captured or eager.
+    let replay = |b: &Buffers| -> Result<()> {
         if args.load {
             unsafe {
                 gpu.load
@@ -584,8 +551,30 @@ fn run_arm(
         }
         match &captured {
             Some(g) => g.launch()?,
-            None => gpu.walk(&program, &b, args.blocks, side_stretch, |_, _| Ok(()))?,
+            None => gpu.walk(&program, b, args.blocks, side_stretch, |_, _| Ok(()))?,
         }
+        Ok(())
+    };
+    let mut corrupted = 0u64;
+    gpu.main.synchronize()?;
+    let start = Instant::now();
+    for _ in 0..args.trials {
+        gpu.main.memset_zeros(&mut b.row_bad)?;
+        for _ in 0..args.replays {
+            replay(&b)?;
+            gpu.check(&program, &b)?;
+        }
+        let rows = gpu.main.clone_dtoh(&b.row_bad)?;
+        corrupted += rows.iter().filter(|r| **r != 0).count() as u64;
+    }
+    gpu.main.synchronize()?;
+    gpu.load.synchronize()?;
+    let elapsed = start.elapsed().as_secs_f64();
+    // Timed replays, under the same load: each one's kernel times read back on its own.
+    let mut timed = vec![];
+    for _ in 0..args.timed {
+        gpu.main.memset_zeros(&mut b.times)?;
+        replay(&b)?;
         gpu.main.synchronize()?;
         let t = gpu.main.clone_dtoh(&b.times)?;
         timed.push(t.chunks(2).map(|c| (c[0], c[1])).collect());
