@@ -14,6 +14,7 @@ pub mod incident;
 pub mod layout;
 pub mod ledger;
 pub mod limits;
+pub mod pickle;
 pub mod pool;
 pub mod recipe;
 pub mod run;

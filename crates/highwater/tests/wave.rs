@@ -12,6 +12,7 @@ mod forensics;
 mod fuzz;
 mod golden;
 mod incident;
+mod pickle;
 mod retention;
 
 fn recipes_dir() -> PathBuf {
