@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use highwater::conform::{DecoderRecord, KnownMiss, RerunRecord, parse_known_misses};
-use highwater::{Incident, IncidentError, Recipe, RecipeError};
+use highwater::{Incident, InputError, Recipe};
 use serde::de::DeserializeOwned;
 
 use crate::experiments::Experiment;
@@ -45,12 +45,9 @@ pub enum BookError {
         /// Why not.
         source: std::io::Error,
     },
-    /// A recipe refused, with its file, line and field.
+    /// A recipe or incident file refused, with its file, line and field.
     #[error(transparent)]
-    Recipe(#[from] RecipeError),
-    /// An incident file refused, with its file, line and field.
-    #[error(transparent)]
-    Incident(#[from] IncidentError),
+    Input(#[from] InputError),
     /// A graphrace configuration refused, with its file and line.
     #[error(transparent)]
     Config(#[from] graphrace::ConfigError),

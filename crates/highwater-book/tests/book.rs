@@ -38,7 +38,7 @@ fn incidents_are_read_in_name_order_skipping_other_files() {
 #[test]
 fn a_contradictory_incident_names_its_file_line_and_field() {
     let e = fixture("broken").incidents().unwrap_err();
-    assert!(matches!(e, BookError::Incident(_)), "{e}");
+    assert!(matches!(e, BookError::Input(_)), "{e}");
     let shown = e.to_string();
     assert!(
         shown.contains("repro/incident/c_situ_s1.toml:5: `died_at`"),

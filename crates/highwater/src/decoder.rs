@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::limits::MAX_TENSOR_BYTES;
+use crate::limits::{MAX_RECIPE_BYTES, MAX_TENSOR_BYTES};
 use basics::line_of;
 
 use crate::recipe::{Backend, Checkpointing, RecipeError, from_toml};
@@ -88,7 +88,7 @@ pub struct Decoder {
 impl Decoder {
     /// Parses and checks `text`; `origin` names it in errors.
     pub fn parse(origin: &str, text: &str) -> Result<Decoder, RecipeError> {
-        let f: File = from_toml(origin, text)?;
+        let f: File = from_toml(origin, text, MAX_RECIPE_BYTES)?;
         let err = |field: &'static str, v: &Spanned<u64>, reason: String| RecipeError::Invalid {
             origin: origin.to_string(),
             line: line_of(text, v.span().start),

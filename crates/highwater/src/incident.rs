@@ -27,43 +27,11 @@ use toml::Spanned;
 
 use crate::forensics::Phase;
 use crate::limits::{self, MAX_INCIDENT_BYTES, MAX_TENSOR_BYTES};
+use crate::recipe::{InputError, from_toml};
 use basics::line_of;
 
-/// What is wrong with an incident file, and where.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum IncidentError {
-    /// Not TOML, or not an incident's shape (unknown key, missing key, wrong type).
-    #[error("{origin}:{line}: {reason}")]
-    Syntax {
-        /// The file, as the caller named it.
-        origin: String,
-        /// 1-based.
-        line: usize,
-        /// The TOML parser's message, its quotes of the input cut.
-        reason: String,
-    },
-    /// Well-formed, but no log could say it.
-    #[error("{origin}:{line}: `{field}` {reason}")]
-    Invalid {
-        /// The file, as the caller named it.
-        origin: String,
-        /// 1-based: the line of the value blamed.
-        line: usize,
-        /// The key blamed (`died_at`, `failures.count`).
-        field: &'static str,
-        /// Why no log could say it.
-        reason: String,
-    },
-}
-
-impl IncidentError {
-    /// The 1-based line the error points at.
-    pub fn line(&self) -> usize {
-        match self {
-            IncidentError::Syntax { line, .. } | IncidentError::Invalid { line, .. } => *line,
-        }
-    }
-}
+/// What is wrong with an incident file, and where: the error of every checked input file.
+pub type IncidentError = InputError;
 
 /// Failed reserves of one size in one phase, as the log counted them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,21 +101,7 @@ impl Incident {
     /// Parses and checks `text`; `origin` names it in errors. Text past
     /// [`MAX_INCIDENT_BYTES`] is refused unread.
     pub fn parse(origin: &str, text: &str) -> Result<Incident, IncidentError> {
-        if !MAX_INCIDENT_BYTES.allows(text.len() as u64) {
-            return Err(IncidentError::Syntax {
-                origin: origin.to_string(),
-                line: 1,
-                reason: format!(
-                    "the text is {} bytes, above {MAX_INCIDENT_BYTES}",
-                    text.len()
-                ),
-            });
-        }
-        let file: IncidentFile = toml::from_str(text).map_err(|e| IncidentError::Syntax {
-            origin: origin.to_string(),
-            line: e.span().map_or(1, |s| line_of(text, s.start)),
-            reason: limits::quote_message(e.message()),
-        })?;
+        let file: IncidentFile = from_toml(origin, text, MAX_INCIDENT_BYTES)?;
         Self::validate(origin, text, file)
     }
 

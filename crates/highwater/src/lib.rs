@@ -24,5 +24,5 @@ pub use forensics::{LogForensics, parse_log};
 pub use incident::{Incident, IncidentError};
 pub use layout::{DType, Shape};
 pub use ledger::{Graph, Ledger, LedgerRow, TensorId};
-pub use recipe::{Activation, Backend, Checkpointing, Optimizer, Recipe, RecipeError};
+pub use recipe::{Activation, Backend, Checkpointing, InputError, Optimizer, Recipe, RecipeError};
 pub use run::{Failure, RunReport, Sink, StepRecord, simulate, simulate_many, simulate_with};

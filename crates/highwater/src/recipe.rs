@@ -11,7 +11,7 @@ use toml::Spanned;
 
 use crate::layout::DType;
 use crate::limits::{
-    self, MAX_EXPERT_CALLS, MAX_LAG, MAX_LATE_RELEASES, MAX_RECIPE_BYTES, MAX_REST_TENSORS,
+    self, Limit, MAX_EXPERT_CALLS, MAX_LAG, MAX_LATE_RELEASES, MAX_RECIPE_BYTES, MAX_REST_TENSORS,
     MAX_SEEDS, MAX_STEPS, MAX_TENSOR_BYTES,
 };
 
@@ -158,17 +158,20 @@ struct RecipeFile {
     workload: WorkloadFile,
 }
 
-/// What is wrong with a recipe, and where.
+/// What is wrong with a recipe (the one error of every checked input file).
+pub type RecipeError = InputError;
+
+/// What is wrong with an input file (a recipe, an incident), and where.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RecipeError {
-    /// Not TOML, or not the recipe's shape (unknown key, missing key, wrong type).
+pub enum InputError {
+    /// Not TOML, or not the file's shape (unknown key, missing key, wrong type), or too long.
     #[error("{origin}:{line}: {reason}")]
     Syntax {
         /// The file (or the name the text was given).
         origin: String,
         /// 1-based.
         line: usize,
-        /// The TOML reader's message.
+        /// The TOML reader's message, its quotes of the input cut.
         reason: String,
     },
     /// Well-formed but impossible.
@@ -178,18 +181,18 @@ pub enum RecipeError {
         origin: String,
         /// 1-based: the offending value's line.
         line: usize,
-        /// The key, as written (`model.batch`).
+        /// The key, as written (`model.batch`, `failures.count`).
         field: &'static str,
         /// What is wrong with its value.
         reason: String,
     },
 }
 
-impl RecipeError {
+impl InputError {
     /// The 1-based line the error points at.
     pub fn line(&self) -> usize {
         match self {
-            RecipeError::Syntax { line, .. } | RecipeError::Invalid { line, .. } => *line,
+            InputError::Syntax { line, .. } | InputError::Invalid { line, .. } => *line,
         }
     }
 }
@@ -361,7 +364,7 @@ impl Recipe {
     /// (steps, seeds, expert calls, rest-of-model tensors, late releases and their lag) are
     /// held to [`crate::limits`].
     pub fn parse(origin: &str, text: &str) -> Result<Recipe, RecipeError> {
-        let file: RecipeFile = from_toml(origin, text)?;
+        let file: RecipeFile = from_toml(origin, text, MAX_RECIPE_BYTES)?;
         Self::validate(origin, text, file)
     }
 
@@ -763,18 +766,22 @@ impl Recipe {
     }
 }
 
-/// Reads `text` as the TOML of `T`, for recipes and decoders alike: refused unread past
-/// [`MAX_RECIPE_BYTES`]; a syntax error names its line and quotes input only through
+/// Reads `text` as the TOML of `T`, for recipes, decoders and incidents alike: refused unread
+/// past `limit`; a syntax error names its line and quotes input only through
 /// [`limits::quote_message`].
-pub(crate) fn from_toml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, RecipeError> {
-    if !MAX_RECIPE_BYTES.allows(text.len() as u64) {
-        return Err(RecipeError::Syntax {
+pub(crate) fn from_toml<T: DeserializeOwned>(
+    origin: &str,
+    text: &str,
+    limit: Limit,
+) -> Result<T, InputError> {
+    if !limit.allows(text.len() as u64) {
+        return Err(InputError::Syntax {
             origin: origin.to_string(),
             line: 1,
-            reason: format!("the text is {} bytes, above {MAX_RECIPE_BYTES}", text.len()),
+            reason: format!("the text is {} bytes, above {limit}", text.len()),
         });
     }
-    toml::from_str(text).map_err(|e| RecipeError::Syntax {
+    toml::from_str(text).map_err(|e| InputError::Syntax {
         origin: origin.to_string(),
         line: e.span().map_or(1, |s| line_of(text, s.start)),
         reason: limits::quote_message(e.message()),
