@@ -121,6 +121,13 @@ extern "C" __global__ void hog(u32* buf, u64 words) {
 }
 "#;
 
+/// One block of one thread: the bookkeeping kernels (`bump`, `tally`, `spin`).
+const ONE_THREAD: LaunchConfig = LaunchConfig {
+    grid_dim: (1, 1, 1),
+    block_dim: (1, 1, 1),
+    shared_mem_bytes: 0,
+};
+
 struct Args {
     out: PathBuf,
     /// Write the driver's graphs of every captured configuration here instead of replaying
@@ -360,11 +367,7 @@ impl Gpu {
             self.main
                 .launch_builder(&self.bump)
                 .arg(&epoch)
-                .launch(LaunchConfig {
-                    grid_dim: (1, 1, 1),
-                    block_dim: (1, 1, 1),
-                    shared_mem_bytes: 0,
-                })?;
+                .launch(ONE_THREAD)?;
         }
         for (at, op) in program.ops.iter().enumerate() {
             match op {
@@ -468,11 +471,7 @@ impl Gpu {
                 .launch_builder(&self.tally)
                 .arg(&replay_bad)
                 .arg(&racing)
-                .launch(LaunchConfig {
-                    grid_dim: (1, 1, 1),
-                    block_dim: (1, 1, 1),
-                    shared_mem_bytes: 0,
-                })?;
+                .launch(ONE_THREAD)?;
         }
         Ok(())
     }
@@ -482,11 +481,7 @@ impl Gpu {
 /// host times it. The kernels' waits are in cycles, so this is what maps the model's µs onto
 /// the GPU, whatever the clock runs at under load.
 fn measure_clock(stream: &Arc<CudaStream>, spin: &CudaFunction) -> Result<f64> {
-    let one = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let one = ONE_THREAD;
     let cycles: i64 = 400_000_000;
     let small: i64 = 1_000;
     unsafe { stream.launch_builder(spin).arg(&small).launch(one)? };
