@@ -101,6 +101,19 @@ impl Op {
         }
     }
 
+    /// The family a timeline colours this op's output by.
+    pub fn family(&self) -> Family {
+        match self {
+            Op::Param => Family::Weights,
+            Op::Input => Family::Input,
+            Op::Matmul => Family::Matmul,
+            Op::Custom { .. } => Family::Kernel,
+            Op::Reduce(_) => Family::Reduce,
+            Op::Slice { .. } => Family::Elementwise,
+            _ => Family::Elementwise,
+        }
+    }
+
     fn elementwise(&self) -> bool {
         matches!(
             self,
@@ -121,6 +134,98 @@ impl Op {
             Op::Sigmoid => "sigmoid".into(),
             Op::Custom { name, .. } => name.clone(),
         }
+    }
+}
+
+/// What a buffer in a trace is: the tensor, the op that made it, and the family a timeline
+/// colours it by. The simulator's event stream and every view of it name buffers this way.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Label {
+    /// The tensor, e.g. `it0.expert1.h`.
+    pub tensor: String,
+    /// The op that allocated it, e.g. `matmul`, `mul backward`, `sigmoid (recomputed)`.
+    pub op: String,
+    /// Its family.
+    pub family: Family,
+}
+
+impl Label {
+    /// A label from its parts.
+    pub fn new(tensor: impl Into<String>, op: impl Into<String>, family: Family) -> Self {
+        Self {
+            tensor: tensor.into(),
+            op: op.into(),
+            family,
+        }
+    }
+}
+
+/// The kind of op behind a buffer: few enough to tell apart by colour.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Family {
+    /// Parameters and fixed buffers, allocated before step one.
+    Weights,
+    /// An expert call's input from the residual stream.
+    Input,
+    /// Matmul outputs.
+    Matmul,
+    /// Elementwise op outputs (activations, scalar ops, copies of slices).
+    Elementwise,
+    /// Reductions.
+    Reduce,
+    /// A custom kernel's outputs (the fused SiTU kernel).
+    Kernel,
+    /// Activations of the rest of the model, outside the expert calls.
+    Rest,
+    /// Buffers backward allocates: gradients and their temporaries.
+    Backward,
+    /// Forward outputs recomputed during backward (Balanced checkpointing).
+    Recompute,
+    /// The optimizer's moments and temporaries.
+    Optimizer,
+    /// The loss and the stack's output.
+    Loss,
+}
+
+impl Family {
+    /// Every family, in legend order.
+    pub const ALL: [Family; 11] = [
+        Family::Weights,
+        Family::Input,
+        Family::Matmul,
+        Family::Elementwise,
+        Family::Reduce,
+        Family::Kernel,
+        Family::Rest,
+        Family::Backward,
+        Family::Recompute,
+        Family::Optimizer,
+        Family::Loss,
+    ];
+
+    /// Its name in traces and legends.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Weights => "weights",
+            Family::Input => "input",
+            Family::Matmul => "matmul",
+            Family::Elementwise => "elementwise",
+            Family::Reduce => "reduce",
+            Family::Kernel => "kernel",
+            Family::Rest => "rest",
+            Family::Backward => "backward",
+            Family::Recompute => "recompute",
+            Family::Optimizer => "optimizer",
+            Family::Loss => "loss",
+        }
+    }
+
+    /// The family named `name` (as [`Family::name`] writes it).
+    pub fn from_name(name: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == name)
     }
 }
 
@@ -369,6 +474,9 @@ pub struct LedgerRow {
     /// A fresh buffer nobody keeps under this tensor's own name, held until backward because
     /// a later tensor was written into it (in place of a view of it) and is kept.
     pub buffer_kept_by: Option<TensorId>,
+    /// The op's family, for timelines.
+    #[serde(skip)]
+    pub family: Family,
 }
 
 impl LedgerRow {
@@ -441,6 +549,8 @@ pub struct Ledger {
     pub released_at_backward: Vec<TensorId>,
     /// The call's backward as pool events, replayed the way burn runs it (`ledger/backward.rs`).
     pub backward: Vec<BackwardEvent>,
+    /// What each buffer backward allocates is, by its number in [`BackwardEvent::Alloc`].
+    pub backward_labels: Vec<Label>,
     /// The layer's outputs: the caller owns them after forward.
     pub outputs: Vec<TensorId>,
     /// The parameters, with their bytes (a gradient's too).
@@ -728,6 +838,7 @@ impl<'a> Analysis<'a> {
                         .then(|| (i + 1..n).find(|&j| buffer_of[j].0 == i && holds(&kept[j])))
                         .flatten()
                         .map(TensorId),
+                    family: nd.op.family(),
                 }
             })
             .collect();
@@ -746,6 +857,7 @@ impl<'a> Analysis<'a> {
             held,
             released_at_backward,
             backward: replay.events,
+            backward_labels: replay.labels,
             outputs: g.outputs.clone(),
             params: of_kind(|o| matches!(o, Op::Param)),
         }

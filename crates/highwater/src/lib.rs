@@ -14,6 +14,7 @@ pub mod incident;
 pub mod layout;
 pub mod ledger;
 pub mod limits;
+pub mod memtrace;
 pub mod pickle;
 pub mod pool;
 pub mod recipe;
@@ -24,5 +25,8 @@ pub use forensics::{LogForensics, parse_log};
 pub use incident::{Incident, IncidentError};
 pub use layout::{DType, Shape};
 pub use ledger::{Graph, Ledger, LedgerRow, TensorId};
+pub use memtrace::MemTrace;
 pub use recipe::{Activation, Backend, Checkpointing, InputError, Optimizer, Recipe, RecipeError};
-pub use run::{Failure, RunReport, Sink, StepRecord, simulate, simulate_many, simulate_with};
+pub use run::{
+    Failure, RunReport, Sink, StepRecord, TraceError, simulate, simulate_many, simulate_with, trace,
+};

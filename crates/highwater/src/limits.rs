@@ -154,6 +154,16 @@ pub const MAX_DRY_STEPS: Limit = Limit {
     counts: "dry-run steps",
 };
 
+/// Events of one traced run (`highwater simulate --trace`, the timeline view): a trace keeps
+/// about 48 bytes per event and its JSON lines about 200, so this is at most 100 MB in memory
+/// and 400 MB on disk; it holds 500 steps of the wave's incident recipe (about 4 000 events a
+/// step) and 2 000 steps of any recipe a quarter its size.
+pub const MAX_TRACE_EVENTS: Limit = Limit {
+    name: "MAX_TRACE_EVENTS",
+    max: 2_000_000,
+    counts: "trace events",
+};
+
 /// The largest batch `highwater fit --largest-batch` tries: its search doubles the batch up to
 /// here, then bisects; the bundled models stop fitting below 1 000.
 pub const MAX_SEARCH_BATCH: Limit = Limit {

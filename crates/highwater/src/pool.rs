@@ -61,6 +61,12 @@ pub struct SimStorage {
     pending: Vec<StorageId>,
     last_refused: Option<u64>,
     page_allocs: u64,
+    /// Every page's number: its rank among the storage's allocations, so a trace can name it.
+    numbers: BTreeMap<StorageId, u32>,
+    /// Bytes of every page by number (0 once given back).
+    by_number: Vec<u64>,
+    /// Numbers of pages given back since [`SimStorage::take_released`] last ran.
+    released: Vec<u32>,
 }
 
 impl SimStorage {
@@ -73,6 +79,9 @@ impl SimStorage {
             pending: Vec::new(),
             last_refused: None,
             page_allocs: 0,
+            numbers: BTreeMap::new(),
+            by_number: Vec::new(),
+            released: Vec::new(),
         }
     }
 
@@ -97,6 +106,30 @@ impl SimStorage {
     pub fn page_allocs(&self) -> u64 {
         self.page_allocs
     }
+
+    /// The pages held, as (number, bytes), in the order they were allocated.
+    pub fn numbered_pages(&self) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self
+            .live
+            .iter()
+            .map(|(id, &bytes)| (self.numbers[id], bytes))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Bytes of the held page numbered `number`.
+    pub fn page_bytes(&self, number: u32) -> Option<u64> {
+        self.by_number
+            .get(number as usize)
+            .copied()
+            .filter(|&b| b > 0)
+    }
+
+    /// Numbers of the pages given back to the driver since the last call.
+    pub fn take_released(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.released)
+    }
 }
 
 impl ComputeStorage for SimStorage {
@@ -118,6 +151,8 @@ impl ComputeStorage for SimStorage {
             });
         }
         let id = StorageId::new();
+        self.numbers.insert(id, self.page_allocs as u32);
+        self.by_number.push(size);
         self.allocated += size;
         self.page_allocs += 1;
         self.live.insert(id, size);
@@ -136,6 +171,10 @@ impl ComputeStorage for SimStorage {
         for id in self.pending.drain(..) {
             if let Some(size) = self.live.remove(&id) {
                 self.allocated -= size;
+                if let Some(n) = self.numbers.remove(&id) {
+                    self.by_number[n as usize] = 0;
+                    self.released.push(n);
+                }
             }
         }
     }
@@ -231,6 +270,14 @@ impl CardPool {
             padding: u.bytes_padding,
             reserved: u.bytes_reserved,
         }
+    }
+
+    /// Where a live slice lies: its page's number (see [`SimStorage::numbered_pages`]) and its
+    /// offset in the page, as CubeCL's own bookkeeping has it.
+    pub fn location(&mut self, handle: &ManagedMemoryHandle) -> Option<(u32, u64)> {
+        let storage = self.mm.get_storage(handle.clone().binding()).ok()?;
+        let page = *self.mm.storage().numbers.get(&storage.id)?;
+        Some((page, storage.utilization.offset))
     }
 
     /// The bookkeeping storage underneath.
@@ -332,6 +379,26 @@ mod tests {
         );
         let _c = pool.reserve(48 * MIB).unwrap();
         assert_eq!(pool.storage().pages(), 1);
+    }
+
+    #[test]
+    fn locations_are_pages_and_offsets_from_cubecls_books() {
+        let mut pool = CardPool::cuda(16 * GIB, 16 * GIB);
+        let a = pool.reserve(32 * MIB).unwrap();
+        let b = pool.reserve(32 * MIB).unwrap();
+        let c = pool.reserve(2 * GIB).unwrap();
+        assert_eq!(pool.location(&a), Some((0, 0)));
+        // First fit: the second slice follows the first in the same 256 MiB page.
+        assert_eq!(pool.location(&b), Some((0, 32 * MIB)));
+        assert_eq!(pool.location(&c), Some((1, 0)));
+        assert_eq!(
+            pool.storage().numbered_pages(),
+            vec![(0, 256 * MIB), (1, 4 * GIB)]
+        );
+        drop(a);
+        let d = pool.reserve(32 * MIB).unwrap();
+        assert_eq!(pool.location(&d), Some((0, 0)), "the freed gap is reused");
+        assert!(pool.storage().take_released().is_empty(), "pages stay");
     }
 
     #[test]

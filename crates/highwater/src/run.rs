@@ -86,7 +86,9 @@ use cubecl_runtime::memory_management::ManagedMemoryHandle;
 use serde::{Deserialize, Serialize};
 
 use crate::ffn::expert_ledger;
-use crate::ledger::Ledger;
+use crate::ledger::{Family, Label, Ledger};
+use crate::limits::{MAX_STEPS, MAX_TRACE_EVENTS};
+use crate::memtrace::{Action, MemEvent, MemTrace, NO_PAGE};
 use crate::pool::{CUDA_ALIGNMENT, CardPool};
 use crate::recipe::Recipe;
 use crate::trace::{Event, Phase, StepTrace, init_allocs, step_trace};
@@ -184,6 +186,85 @@ pub fn simulate_with(recipe: &Recipe, seed: u64, steps: u64, sink: &mut dyn Sink
     Simulation::new(recipe, seed).run(steps, sink)
 }
 
+/// A step range that cannot be traced; nothing was run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TraceError {
+    /// The range is empty or starts before step 1.
+    #[error(
+        "cannot trace steps {first}..={last}: the range must be non-empty and start at 1 or later"
+    )]
+    Range {
+        /// First step asked for.
+        first: u64,
+        /// Last step asked for.
+        last: u64,
+    },
+    /// The run or the trace would be too large.
+    #[error("cannot trace steps {first}..={last}: {what} {why}")]
+    TooLarge {
+        /// First step asked for.
+        first: u64,
+        /// Last step asked for.
+        last: u64,
+        /// What is too large.
+        what: &'static str,
+        /// By how much, and which limit.
+        why: String,
+    },
+}
+
+/// Simulates `recipe` with `seed` up to step `*steps.end()` (or its death) and records every
+/// pool event of the steps in `steps` (see [`crate::memtrace`]). The run's figures are those
+/// of [`simulate`]: tracing only turns off shortcuts that change none of them. The range is
+/// checked against [`MAX_STEPS`] and [`MAX_TRACE_EVENTS`] before anything runs.
+pub fn trace(
+    recipe: &Recipe,
+    seed: u64,
+    steps: std::ops::RangeInclusive<u64>,
+) -> Result<(RunReport, MemTrace), TraceError> {
+    let (first, last) = (*steps.start(), *steps.end());
+    if first == 0 || first > last {
+        return Err(TraceError::Range { first, last });
+    }
+    let too_large = |what, why| TraceError::TooLarge {
+        first,
+        last,
+        what,
+        why,
+    };
+    MAX_STEPS
+        .check(last)
+        .map_err(|why| too_large("the last step", why))?;
+    let mut sim = Simulation::new(recipe, seed);
+    // Every traced step replays its plan's events, plus at most a page event per reserve.
+    let per_step = [1, 2].map(|s| {
+        let t = step_trace(recipe, &sim.ledger, s);
+        2 * t.events.len() as u64
+    });
+    let estimate = per_step[0].max(per_step[1]) * (last - first + 1) + sim.init.len() as u64;
+    MAX_TRACE_EVENTS
+        .check(estimate)
+        .map_err(|why| too_large("the trace (estimated events)", why))?;
+    sim.rec = Some(Recording {
+        first,
+        last,
+        events: vec![],
+    });
+    let report = sim.run_traced(last, &mut NoSink);
+    let rec = sim.rec.take().expect("the recording is kept to the end");
+    let trace = MemTrace {
+        recipe: recipe.origin.clone(),
+        seed,
+        capacity: report.capacity,
+        first_step: first,
+        last_step: report.died_at.unwrap_or(last).max(first),
+        died_at: report.died_at.filter(|&d| d >= first),
+        labels: sim.labels.labels,
+        events: rec.events,
+    };
+    Ok((report, trace))
+}
+
 /// The simulation's generator for `seed`, offset by a fixed constant: the calibrated deaths
 /// depend on this exact stream, so neither may change.
 fn rng(seed: u64) -> SplitMix64 {
@@ -210,6 +291,8 @@ struct BoundaryState {
 /// One step's events as the replay walks them; indices are those of [`StepTrace::events`].
 struct Plan {
     events: Vec<Event>,
+    /// Per buffer: its label's number in [`Simulation::labels`].
+    labels: Vec<u32>,
     /// Indices of the `Free` events: the late releases are drawn among them.
     frees: Vec<usize>,
     /// Per event: an `Alloc` whose buffer the very next event frees (a transient buffer).
@@ -218,7 +301,8 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(trace: StepTrace) -> Self {
+    fn new(trace: StepTrace, names: &mut Labels) -> Self {
+        let labels = trace.labels.into_iter().map(|l| names.intern(l)).collect();
         let events = trace.events;
         let frees = (0..events.len())
             .filter(|&i| matches!(events[i], Event::Free { .. }))
@@ -231,6 +315,7 @@ impl Plan {
             .collect();
         Plan {
             events,
+            labels,
             frees,
             transient,
             buffers: trace.buffers as usize,
@@ -238,13 +323,55 @@ impl Plan {
     }
 }
 
+/// Every label a run uses, each once.
+#[derive(Default)]
+struct Labels {
+    labels: Vec<Label>,
+    index: HashMap<Label, u32>,
+}
+
+impl Labels {
+    fn intern(&mut self, label: Label) -> u32 {
+        if let Some(&i) = self.index.get(&label) {
+            return i;
+        }
+        let i = self.labels.len() as u32;
+        self.labels.push(label.clone());
+        self.index.insert(label, i);
+        i
+    }
+}
+
+/// A live buffer's slice, and what the trace says of it.
+struct Held {
+    handle: ManagedMemoryHandle,
+    bytes: u64,
+    label: u32,
+    alloc: u64,
+}
+
+/// The events of a traced range, as they happen.
+struct Recording {
+    first: u64,
+    last: u64,
+    events: Vec<MemEvent>,
+}
+
 struct Simulation<'a> {
     recipe: &'a Recipe,
     ledger: Ledger,
     rng: SplitMix64,
     pool: CardPool,
-    handles: Vec<Option<(ManagedMemoryHandle, u64)>>,
-    _init: Vec<ManagedMemoryHandle>,
+    handles: Vec<Option<Held>>,
+    /// Weights and fixed buffers, alive for the whole run.
+    init: Vec<Held>,
+    labels: Labels,
+    /// Allocations so far: the next one's number.
+    allocs: u64,
+    /// The step and phase being replayed, for the recording.
+    at: (u64, Phase),
+    /// Set while a traced range is recorded (and kept when it is over).
+    rec: Option<Recording>,
     in_use: u64,
     persistent_slots: BTreeMap<u64, u32>,
     sliced_pages: BTreeMap<u64, u32>,
@@ -270,10 +397,16 @@ impl<'a> Simulation<'a> {
         pool.set_persistent(true);
         let mut init = vec![];
         let mut in_use = 0;
-        let init_sizes = init_allocs(recipe);
-        for &bytes in &init_sizes {
+        let mut labels = Labels::default();
+        let init_allocs = init_allocs(recipe);
+        for (bytes, label) in init_allocs.iter().cloned() {
             // The recipe's validation guarantees the weights fit.
-            init.push(pool.reserve(bytes).expect("weights fit the card"));
+            init.push(Held {
+                handle: pool.reserve(bytes).expect("weights fit the card"),
+                bytes,
+                label: labels.intern(label),
+                alloc: init.len() as u64,
+            });
             in_use += bytes;
         }
         pool.set_persistent(false);
@@ -288,12 +421,16 @@ impl<'a> Simulation<'a> {
             rng: rng(seed),
             pool,
             handles: vec![],
-            _init: init,
+            allocs: init.len() as u64,
+            init,
+            labels,
+            at: (0, Phase::Init),
+            rec: None,
             in_use,
             persistent_slots,
             sliced_pages: BTreeMap::new(),
             memo: HashMap::new(),
-            aligned: init_sizes.iter().all(|b| b % CUDA_ALIGNMENT == 0),
+            aligned: init_allocs.iter().all(|(b, _)| b % CUDA_ALIGNMENT == 0),
             use_memo: true,
             use_transients: true,
             lag_at: vec![],
@@ -322,12 +459,78 @@ impl<'a> Simulation<'a> {
         }
     }
 
+    /// Whether the step being replayed is recorded.
+    fn recording(&self) -> bool {
+        self.rec
+            .as_ref()
+            .is_some_and(|r| (r.first..=r.last).contains(&self.at.0))
+    }
+
+    /// Records an event of the current step and phase when the step is traced: `what` is
+    /// (allocation, label, bytes), `at` is (page, page bytes, offset).
+    fn record(&mut self, action: Action, what: (u64, u32, u64), at: (u32, u64, u64), late: bool) {
+        if !self.recording() {
+            return;
+        }
+        let (step, phase) = self.at;
+        let events = &mut self.rec.as_mut().expect("recording").events;
+        events.push(MemEvent {
+            step,
+            phase,
+            action,
+            alloc: what.0,
+            label: what.1,
+            bytes: what.2,
+            page: at.0,
+            page_bytes: at.1,
+            offset: at.2,
+            late,
+        });
+    }
+
+    /// Where a live slice lies: (page, page bytes, offset).
+    fn locate(pool: &mut CardPool, handle: &ManagedMemoryHandle) -> (u32, u64, u64) {
+        let (page, offset) = pool.location(handle).expect("a live handle lies in a page");
+        let bytes = pool.storage().page_bytes(page).unwrap_or(0);
+        (page, bytes, offset)
+    }
+
+    /// Opens a recording: every page held and every live buffer, as they are now.
+    fn record_opening(&mut self) {
+        let earlier = self
+            .labels
+            .intern(Label::new("(held)", "earlier steps", Family::Weights));
+        for (page, bytes) in self.pool.storage().numbered_pages() {
+            self.record(
+                Action::PageHeld,
+                (0, earlier, bytes),
+                (page, bytes, 0),
+                false,
+            );
+        }
+        let live: Vec<((u64, u32, u64), (u32, u64, u64))> = self
+            .init
+            .iter()
+            .chain(self.handles.iter().flatten())
+            .map(|h| {
+                let at = Self::locate(&mut self.pool, &h.handle);
+                ((h.alloc, h.label, h.bytes), at)
+            })
+            .collect();
+        for (what, at) in live {
+            self.record(Action::Live, what, at, false);
+        }
+    }
+
     /// Drops buffer `buf`'s handle; returns its bytes if it held a slice.
-    fn release(&mut self, buf: u32) -> Option<u64> {
-        let (h, bytes) = self.handles[buf as usize].take()?;
-        self.in_use -= bytes;
-        drop(h);
-        Some(bytes)
+    fn release(&mut self, buf: u32, late: bool) -> Option<u64> {
+        let held = self.handles[buf as usize].take()?;
+        self.in_use -= held.bytes;
+        if self.recording() {
+            let at = Self::locate(&mut self.pool, &held.handle);
+            self.record(Action::Free, (held.alloc, held.label, held.bytes), at, late);
+        }
+        Some(held.bytes)
     }
 
     /// One reserve went by: releases the late frees it was the last to overtake. Returns the
@@ -342,7 +545,7 @@ impl<'a> Simulation<'a> {
         }
         while let Some(pos) = self.pending.iter().position(|p| p.0 == 0) {
             let (_, b) = self.pending.swap_remove(pos);
-            freed = self.release(b).or(freed);
+            freed = self.release(b, true).or(freed);
         }
         freed
     }
@@ -352,7 +555,8 @@ impl<'a> Simulation<'a> {
         if self.handles.len() < plan.buffers {
             self.handles.resize_with(plan.buffers, || None);
         }
-        let transients = self.use_transients && self.aligned;
+        let recording = self.recording();
+        let transients = self.use_transients && self.aligned && !recording;
         let mut phase = Phase::Forward;
         let mut peak = self.in_use;
         let (mut after_forward, mut after_backward) = (self.in_use, self.in_use);
@@ -364,6 +568,7 @@ impl<'a> Simulation<'a> {
             match plan.events[idx] {
                 Event::Phase(p) => {
                     phase = p;
+                    self.at.1 = p;
                     match p {
                         Phase::Backward => after_forward = self.in_use,
                         Phase::Optimizer => after_backward = self.in_use,
@@ -386,28 +591,47 @@ impl<'a> Simulation<'a> {
                 }
                 Event::Alloc { buf, bytes } => {
                     let before = self.pool.storage().page_allocs();
+                    let what = (self.allocs, plan.labels[buf as usize], bytes);
+                    self.allocs += 1;
                     match self.pool.reserve(bytes) {
-                        Ok(h) => {
-                            self.handles[buf as usize] = Some((h, bytes));
+                        Ok(handle) => {
                             self.in_use += bytes;
                             peak = peak.max(self.in_use);
-                            if self.pool.storage().page_allocs() > before {
+                            let new_page = self.pool.storage().page_allocs() > before;
+                            if new_page {
                                 self.count_page(bytes);
                             }
+                            if recording {
+                                let at = Self::locate(&mut self.pool, &handle);
+                                if new_page {
+                                    let page = (what.0, what.1, at.1);
+                                    self.record(Action::PageAlloc, page, (at.0, at.1, 0), false);
+                                }
+                                self.record(Action::Reserve, what, at, false);
+                            }
+                            self.handles[buf as usize] = Some(Held {
+                                handle,
+                                bytes,
+                                label: what.1,
+                                alloc: what.0,
+                            });
                         }
-                        Err(f) => failures.push((f.requested, f.page, phase)),
+                        Err(f) => {
+                            failures.push((f.requested, f.page, phase));
+                            self.record(Action::OutOfMemory, what, (NO_PAGE, f.page, 0), false);
+                        }
                     }
                     known_free = self.overtake();
                 }
                 Event::Free { buf } => match self.lag_at[idx] {
-                    0 => known_free = self.release(buf).or(known_free),
+                    0 => known_free = self.release(buf, false).or(known_free),
                     lag => self.pending.push((lag, buf)),
                 },
             }
             idx += 1;
         }
         while let Some((_, b)) = self.pending.pop() {
-            self.release(b);
+            self.release(b, true);
         }
         Outcome {
             peak,
@@ -441,6 +665,11 @@ impl<'a> Simulation<'a> {
     }
 
     fn run(mut self, steps: u64, sink: &mut dyn Sink) -> RunReport {
+        self.run_traced(steps, sink)
+    }
+
+    /// [`Self::run`], leaving the simulation (and its recording) for the caller.
+    fn run_traced(&mut self, steps: u64, sink: &mut dyn Sink) -> RunReport {
         let r = self.recipe;
         let mut report = RunReport {
             recipe: r.origin.clone(),
@@ -457,8 +686,8 @@ impl<'a> Simulation<'a> {
             replayed_steps: 0,
             late_steps: 0,
         };
-        let first = Plan::new(step_trace(r, &self.ledger, 1));
-        let steady = Plan::new(step_trace(r, &self.ledger, 2));
+        let first = Plan::new(step_trace(r, &self.ledger, 1), &mut self.labels);
+        let steady = Plan::new(step_trace(r, &self.ledger, 2), &mut self.labels);
         self.check_aligned(&first);
         self.check_aligned(&steady);
         self.lag_at = vec![0; first.events.len().max(steady.events.len())];
@@ -479,7 +708,12 @@ impl<'a> Simulation<'a> {
                 }
             }
             let on_time = late_idx.is_empty();
-            let canonical = on_time && step > 1 && self.use_memo && self.aligned;
+            self.at = (step, Phase::Forward);
+            if self.rec.as_ref().is_some_and(|r| r.first == step) {
+                self.record_opening();
+            }
+            let canonical =
+                on_time && step > 1 && self.use_memo && self.aligned && !self.recording();
             let start = canonical.then(|| self.boundary_state());
             let (outcome, replayed) = match start.as_ref().and_then(|s| self.memo.get(s)) {
                 Some(o) => (o.clone(), false),
@@ -644,6 +878,79 @@ mod tests {
         assert_eq!(full.failures, fast.failures);
         assert_eq!(full.replayed_steps, 150);
         assert!(fast.replayed_steps < 150, "{}", fast.replayed_steps);
+    }
+
+    #[test]
+    fn a_trace_changes_no_figure_and_accounts_for_every_byte() {
+        use crate::memtrace::Action;
+        let r = small();
+        let plain = simulate(&r, 3, 12);
+        let (report, t) = trace(&r, 3, 5..=12).unwrap();
+        let replayed_steps = plain.replayed_steps;
+        assert_eq!(
+            RunReport {
+                replayed_steps,
+                ..report.clone()
+            },
+            plain
+        );
+        assert_eq!((t.first_step, t.last_step), (5, 12));
+        // Replaying the events gives back the run's figures: peak in use per step, and the
+        // pages never overlap two live slices.
+        let mut live: HashMap<u64, (u32, u64, u64)> = HashMap::new();
+        let mut in_use = 0u64;
+        let mut peak: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut pages: HashMap<u32, u64> = HashMap::new();
+        for e in &t.events {
+            match e.action {
+                Action::PageHeld | Action::PageAlloc => {
+                    assert!(
+                        pages.insert(e.page, e.page_bytes).is_none(),
+                        "page {} twice",
+                        e.page
+                    );
+                }
+                Action::Live | Action::Reserve => {
+                    assert_eq!(pages.get(&e.page), Some(&e.page_bytes), "{e:?}");
+                    assert!(e.offset + e.bytes <= e.page_bytes, "{e:?}");
+                    for &(p, o, b) in live.values() {
+                        let apart = p != e.page || o + b <= e.offset || e.offset + e.bytes <= o;
+                        assert!(apart, "{e:?} overlaps a live slice");
+                    }
+                    assert!(live.insert(e.alloc, (e.page, e.offset, e.bytes)).is_none());
+                    in_use += e.bytes;
+                }
+                Action::Free => {
+                    assert_eq!(live.remove(&e.alloc), Some((e.page, e.offset, e.bytes)));
+                    in_use -= e.bytes;
+                }
+                Action::PageRelease | Action::OutOfMemory => {}
+            }
+            let p = peak.entry(e.step).or_insert(0);
+            *p = (*p).max(in_use);
+        }
+        let want: Vec<u64> = (5..=12)
+            .map(|s| report.peak_in_use[s as usize - 1])
+            .collect();
+        assert_eq!(peak.values().copied().collect::<Vec<_>>(), want);
+        assert!(
+            t.events.iter().any(|e| e.late),
+            "seed 3 releases late within the range"
+        );
+        let names: std::collections::HashSet<&str> =
+            t.labels.iter().map(|l| l.tensor.as_str()).collect();
+        assert!(names.contains("expert0.gate_up"), "{names:?}");
+    }
+
+    #[test]
+    fn absurd_trace_ranges_are_refused_before_any_work() {
+        let r = small();
+        assert!(matches!(trace(&r, 1, 0..=3), Err(TraceError::Range { .. })));
+        assert!(matches!(trace(&r, 1, 4..=3), Err(TraceError::Range { .. })));
+        let err = trace(&r, 1, 1..=u64::MAX).unwrap_err();
+        assert!(err.to_string().contains("MAX_STEPS"), "{err}");
+        let err = trace(&r, 1, 1..=90_000).unwrap_err();
+        assert!(err.to_string().contains("MAX_TRACE_EVENTS"), "{err}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::layout::Shape;
-use crate::ledger::{BackwardEvent, Ledger, TensorId};
+use crate::ledger::{BackwardEvent, Family, Label, Ledger, TensorId};
 use crate::recipe::{Checkpointing, Recipe};
 
 /// A buffer in a step's trace. Ids below [`StepTrace::persistent`] outlive the step.
@@ -50,24 +50,38 @@ pub enum Event {
 }
 
 /// What a run allocates before step one, in the persistent pool: weights and fixed buffers.
-pub(crate) fn init_allocs(recipe: &Recipe) -> Vec<u64> {
-    param_tensors(recipe)
-        .into_iter()
-        .chain((recipe.rest.persistent_bytes > 0).then_some(recipe.rest.persistent_bytes))
-        .collect()
+pub(crate) fn init_allocs(recipe: &Recipe) -> Vec<(u64, Label)> {
+    let mut v = named_params(recipe);
+    if recipe.rest.persistent_bytes > 0 {
+        v.push((
+            recipe.rest.persistent_bytes,
+            Label::new("rest.buffers", "init", Family::Weights),
+        ));
+    }
+    v
 }
 
-/// Bytes of every parameter tensor: each expert's gate_up and down, then the rest of the model
-/// as one tensor.
-pub(crate) fn param_tensors(recipe: &Recipe) -> Vec<u64> {
+/// Every parameter tensor, with its bytes: each expert's gate_up and down, then the rest of
+/// the model as one tensor.
+fn named_params(recipe: &Recipe) -> Vec<(u64, Label)> {
     let dt = recipe.dtype;
+    let param = |name: String| Label::new(name, "param", Family::Weights);
     let mut v = vec![];
-    for _ in 0..recipe.n_experts {
-        v.push(Shape::from([recipe.d_model, recipe.gate_up_width()]).bytes(dt));
-        v.push(Shape::from([recipe.d_ffn, recipe.d_model]).bytes(dt));
+    for e in 0..recipe.n_experts {
+        v.push((
+            Shape::from([recipe.d_model, recipe.gate_up_width()]).bytes(dt),
+            param(format!("expert{e}.gate_up")),
+        ));
+        v.push((
+            Shape::from([recipe.d_ffn, recipe.d_model]).bytes(dt),
+            param(format!("expert{e}.down")),
+        ));
     }
     if recipe.rest.params > 0 {
-        v.push(Shape::from([recipe.rest.params]).bytes(dt));
+        v.push((
+            Shape::from([recipe.rest.params]).bytes(dt),
+            param("rest.params".into()),
+        ));
     }
     v
 }
@@ -81,18 +95,22 @@ pub struct StepTrace {
     pub persistent: Buf,
     /// Number of buffer ids used.
     pub buffers: Buf,
+    /// What each buffer is, by id.
+    pub labels: Vec<Label>,
 }
 
 struct Builder {
     events: Vec<Event>,
     next: Buf,
+    labels: Vec<Label>,
 }
 
 impl Builder {
-    fn alloc(&mut self, bytes: u64) -> Buf {
+    fn alloc(&mut self, bytes: u64, label: Label) -> Buf {
         let buf = self.next;
         self.next += 1;
         self.events.push(Event::Alloc { buf, bytes });
+        self.labels.push(label);
         buf
     }
     fn free(&mut self, buf: Buf) {
@@ -111,11 +129,23 @@ struct CallState {
 
 /// Builds step `step` (1-based; step 1 also creates the optimizer state).
 pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
-    let params = param_tensors(recipe);
-    let states = recipe.optimizer.states_per_param() as usize * params.len();
+    let named = named_params(recipe);
+    let params: Vec<u64> = named.iter().map(|(b, _)| *b).collect();
+    let states_per_param = recipe.optimizer.states_per_param() as usize;
+    let states = states_per_param * params.len();
     let mut b = Builder {
         events: vec![],
         next: states as Buf,
+        labels: (0..states)
+            .map(|s| {
+                let name = &named[s / states_per_param].1.tensor;
+                Label::new(
+                    format!("{name}.moment{}", s % states_per_param + 1),
+                    "adam state",
+                    Family::Optimizer,
+                )
+            })
+            .collect(),
     };
     let dt = recipe.dtype;
     let x_bytes = Shape::from([recipe.tokens(), recipe.d_model]).bytes(dt);
@@ -129,18 +159,30 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
     for it in 0..recipe.max_iter {
         rest.push(
             (0..per_iter(it))
-                .map(|_| b.alloc(recipe.rest.tensor_bytes))
+                .map(|k| {
+                    let label = Label::new(format!("it{it}.rest{k}"), "rest", Family::Rest);
+                    b.alloc(recipe.rest.tensor_bytes, label)
+                })
                 .collect(),
         );
-        for _ in 0..recipe.n_experts {
-            calls.push(forward_call(&mut b, ledger, x_bytes));
+        for e in 0..recipe.n_experts {
+            calls.push(forward_call(
+                &mut b,
+                ledger,
+                x_bytes,
+                &format!("it{it}.expert{e}."),
+            ));
         }
     }
     // Balanced keeps one more [N, d_model] activation at the end of the stack than None does:
     // the last expert's output, which nothing else holds (measured: exactly one such tensor on
     // every Balanced rerun on the H200, none under None). It goes when backward starts.
-    let stack_output = (recipe.checkpointing == Checkpointing::Balanced).then(|| b.alloc(x_bytes));
-    let loss = b.alloc(Shape::from([1]).bytes(dt));
+    let stack_output = (recipe.checkpointing == Checkpointing::Balanced)
+        .then(|| b.alloc(x_bytes, Label::new("stack.output", "expert", Family::Loss)));
+    let loss = b.alloc(
+        Shape::from([1]).bytes(dt),
+        Label::new("loss", "loss", Family::Loss),
+    );
 
     b.phase(Phase::Backward);
     if let Some(buf) = stack_output {
@@ -160,22 +202,35 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
     for it in (0..recipe.max_iter).rev() {
         for e in (0..recipe.n_experts).rev() {
             let c = calls.next().expect("one call state per call");
-            backward_call(&mut b, ledger, c, e as usize, &mut param_grads);
+            let prefix = format!("it{it}.expert{e}.");
+            backward_call(&mut b, ledger, c, e as usize, &mut param_grads, &prefix);
         }
-        for buf in rest[it as usize].iter().rev() {
-            let g = b.alloc(recipe.rest.tensor_bytes);
+        for (k, buf) in rest[it as usize].iter().enumerate().rev() {
+            let label = Label::new(
+                format!("∂it{it}.rest{k}"),
+                "rest backward",
+                Family::Backward,
+            );
+            let g = b.alloc(recipe.rest.tensor_bytes, label);
             b.free(g);
             b.free(*buf);
         }
     }
     if recipe.rest.params > 0 {
         let last = params.len() - 1;
-        param_grads[last] = Some(b.alloc(params[last]));
+        let label = Label::new("∂rest.params", "rest backward", Family::Backward);
+        param_grads[last] = Some(b.alloc(params[last], label));
     }
 
     b.phase(Phase::Optimizer);
-    let states_per_param = recipe.optimizer.states_per_param() as usize;
     for (i, &p) in params.iter().enumerate() {
+        let temp = |what: &str| {
+            Label::new(
+                format!("{}.{what}", named[i].1.tensor),
+                "adam step",
+                Family::Optimizer,
+            )
+        };
         // burn's `OptimizerAdaptor` skips a parameter without a gradient.
         let Some(grad) = param_grads[i] else { continue };
         if states_per_param == 0 {
@@ -199,19 +254,19 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
         } else {
             // `moment_1.mul_scalar(..).add(grad.clone().mul_scalar(..))`: one temporary,
             // summed into the moment in place.
-            let t = b.alloc(p);
+            let t = b.alloc(p, temp("m1_update"));
             b.free(t);
             // `moment_2.mul_scalar(..).add(grad.square().mul_scalar(..))`: the square is new,
             // and consumes the gradient.
-            let t = b.alloc(p);
+            let t = b.alloc(p, temp("grad_squared"));
             b.free(grad);
             b.free(t);
         }
         // `moment_1.clone().mul_scalar(..).div(moment_2.clone().sqrt().add_scalar(..))`: two
         // new tensors (the moments are shared), the quotient in place; then
         // `tensor - delta.mul_scalar(lr)` in place.
-        let c = b.alloc(p);
-        let d = b.alloc(p);
+        let c = b.alloc(p, temp("m1_scaled"));
+        let d = b.alloc(p, temp("m2_sqrt"));
         b.free(d);
         b.free(c);
     }
@@ -220,15 +275,20 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
         events: b.events,
         persistent: states as Buf,
         buffers: b.next,
+        labels: b.labels,
     }
 }
 
-fn forward_call(b: &mut Builder, ledger: &Ledger, x_bytes: u64) -> CallState {
-    let x = b.alloc(x_bytes);
+fn forward_call(b: &mut Builder, ledger: &Ledger, x_bytes: u64, prefix: &str) -> CallState {
+    let x = b.alloc(
+        x_bytes,
+        Label::new(format!("{prefix}x"), "residual", Family::Input),
+    );
     let mut bufs: HashMap<TensorId, Buf> = HashMap::new();
     for (i, row) in ledger.rows.iter().enumerate() {
         if row.storage == crate::ledger::Storage::New {
-            bufs.insert(row.tensor, b.alloc(row.bytes));
+            let label = Label::new(format!("{prefix}{}", row.name), &row.op, row.family);
+            bufs.insert(row.tensor, b.alloc(row.bytes, label));
         }
         for owner in &ledger.forward_frees[i] {
             if let Some(buf) = bufs.remove(owner) {
@@ -257,6 +317,7 @@ fn backward_call(
     mut c: CallState,
     expert: usize,
     param_grads: &mut [Option<Buf>],
+    prefix: &str,
 ) {
     // The ledger's events start with the gradient arriving from the residual stream.
     let mut local: HashMap<u32, Buf> = HashMap::new();
@@ -264,7 +325,9 @@ fn backward_call(
     for e in &ledger.backward {
         match *e {
             BackwardEvent::Alloc { buf, bytes } => {
-                local.insert(buf, b.alloc(bytes));
+                let l = &ledger.backward_labels[buf as usize];
+                let label = Label::new(format!("{prefix}{}", l.tensor), &l.op, l.family);
+                local.insert(buf, b.alloc(bytes, label));
             }
             BackwardEvent::Free { buf } => {
                 if let Some(x) = local.remove(&buf) {

@@ -34,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::{Bound, Graph, Op, Storage, TensorId};
+use super::{Bound, Family, Graph, Label, Op, Storage, TensorId};
 use crate::recipe::Backend;
 
 /// A pool event of one call's backward, in order. `buf` numbers buffers this pass creates.
@@ -85,6 +85,8 @@ pub(super) struct Forward<'a> {
 /// The replay's result.
 pub(super) struct Replay {
     pub events: Vec<BackwardEvent>,
+    /// What each new buffer is, by its number.
+    pub labels: Vec<Label>,
     /// Forward buffers (by owner) some checkpointer state still holds when backward starts.
     pub held: HashSet<TensorId>,
 }
@@ -125,6 +127,9 @@ struct Exec<'a> {
     bufs: Vec<Buffer>,
     events: Vec<BackwardEvent>,
     next_local: u32,
+    labels: Vec<Label>,
+    /// The node whose backward (or recomputation) is running: names the buffers it makes.
+    at: Label,
     states: HashMap<usize, State>,
     grads: HashMap<usize, Val>,
 }
@@ -152,6 +157,7 @@ impl Exec<'_> {
         let local = self.next_local;
         self.next_local += 1;
         self.events.push(BackwardEvent::Alloc { buf: local, bytes });
+        self.labels.push(self.at.clone());
         self.push(Origin::Local(local), bytes)
     }
 
@@ -273,6 +279,21 @@ impl Exec<'_> {
     /// The node's retro-forward: its forward op on its parents' states.
     fn retro_forward(&mut self, node: usize) -> Val {
         let nd = &self.f.g.nodes[node];
+        let outer = std::mem::replace(
+            &mut self.at,
+            Label::new(
+                nd.name.clone(),
+                format!("{} (recomputed)", nd.op.label()),
+                Family::Recompute,
+            ),
+        );
+        let v = self.retro_forward_op(node);
+        self.at = outer;
+        v
+    }
+
+    fn retro_forward_op(&mut self, node: usize) -> Val {
+        let nd = &self.f.g.nodes[node];
         let inputs: Vec<usize> = nd.inputs.iter().map(|t| t.0).collect();
         match &nd.op {
             Op::Slice { .. } => {
@@ -364,6 +385,11 @@ impl Exec<'_> {
     fn step(&mut self, node: usize) {
         let g = self.f.g;
         let nd = &g.nodes[node];
+        self.at = Label::new(
+            format!("∂{}", nd.name),
+            format!("{} backward", nd.op.label()),
+            Family::Backward,
+        );
         let inputs: Vec<usize> = nd.inputs.iter().map(|t| t.0).collect();
         let tracked = |i: usize| g.nodes[i].tracked.then_some(i);
         let saved = |i: usize| nd.saves.contains(&TensorId(i));
@@ -584,6 +610,8 @@ pub(super) fn replay(f: &Forward<'_>) -> Replay {
         bufs: vec![],
         events: vec![],
         next_local: 0,
+        labels: vec![],
+        at: Label::new("", "", Family::Backward),
         states: HashMap::new(),
         grads: HashMap::new(),
     };
@@ -637,6 +665,11 @@ pub(super) fn replay(f: &Forward<'_>) -> Replay {
             && g.nodes[i].shape == g.nodes[g.outputs[0].0].shape
     });
     for o in &g.outputs {
+        exec.at = Label::new(
+            format!("∂{}", g.nodes[o.0].name),
+            "residual gradient",
+            Family::Backward,
+        );
         let v = exec.new_buf(exec.bytes(o.0));
         if let Some(x) = residual_input {
             let shared = exec.clone_val(v);
@@ -702,6 +735,7 @@ pub(super) fn replay(f: &Forward<'_>) -> Replay {
     }
     Replay {
         events: exec.events,
+        labels: exec.labels,
         held: held_buf.into_keys().collect(),
     }
 }
