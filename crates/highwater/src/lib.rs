@@ -15,6 +15,7 @@ pub mod layout;
 pub mod ledger;
 pub mod limits;
 pub mod memtrace;
+pub mod memviz;
 pub mod pickle;
 pub mod pool;
 pub mod recipe;

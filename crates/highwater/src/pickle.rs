@@ -1,9 +1,12 @@
-//! Python pickles of plain data (protocol 2), for the files other tools read: PyTorch's memory
+//! Python pickles of plain data (protocol 4, what `pickle.dump` writes by default on Python
+//! 3.8–3.13, hence what PyTorch's `_dump_snapshot` writes), for the files other tools read: PyTorch's memory
 //! snapshots, which its `memory_viz` opens, are a pickled dict of lists, strings and ints.
 //!
 //! Only what those files hold: `None`, bools, ints, floats, strings, lists, tuples and dicts
 //! with string keys. No memo and no classes, so any pickle reader, PyTorch's JavaScript one
-//! included (it takes protocols 2 to 4 and none of `GLOBAL`/`REDUCE`/`LONG4`), loads it.
+//! included (it takes protocols 2 to 4 and none of `GLOBAL`/`REDUCE`/`LONG4`), loads it. Every
+//! opcode used dates from protocol 2; protocol 4's framing is optional and left out, as
+//! CPython's reader allows.
 
 /// A value to pickle.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,9 +67,9 @@ impl From<&str> for Value {
     }
 }
 
-/// `value` as a protocol-2 pickle: `PROTO 2`, the value, `STOP`.
+/// `value` as a protocol-4 pickle: `PROTO 4`, the value, `STOP`.
 pub fn to_pickle(value: &Value) -> Vec<u8> {
-    let mut out = vec![0x80, 2];
+    let mut out = vec![0x80, 4];
     write(value, &mut out);
     out.push(b'.');
     out
@@ -169,9 +172,9 @@ mod tests {
 
     #[test]
     fn empty_containers_need_no_mark() {
-        assert_eq!(to_pickle(&Value::List(vec![])), [0x80, 2, b']', b'.']);
-        assert_eq!(to_pickle(&Value::Dict(vec![])), [0x80, 2, b'}', b'.']);
+        assert_eq!(to_pickle(&Value::List(vec![])), [0x80, 4, b']', b'.']);
+        assert_eq!(to_pickle(&Value::Dict(vec![])), [0x80, 4, b'}', b'.']);
         let t = to_pickle(&Value::Tuple(vec![Value::Int(0), Value::Int(0)]));
-        assert_eq!(t, [0x80, 2, b'K', 0, b'K', 0, 0x86, b'.']);
+        assert_eq!(t, [0x80, 4, b'K', 0, b'K', 0, 0x86, b'.']);
     }
 }

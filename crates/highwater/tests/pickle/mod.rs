@@ -152,3 +152,59 @@ fn every_int_size_reads_back() {
         .collect();
     assert_eq!(got, ints);
 }
+
+/// A simulated trace exported as a memory snapshot passes memory_viz's rules
+/// (`check_snapshot.py`), and says what the trace says: its events, its pages, its refusals.
+#[test]
+fn a_traced_run_exports_as_a_snapshot_memory_viz_takes() {
+    use highwater::memtrace::Action;
+    let small = highwater::Recipe::parse(
+        "small.toml",
+        include_str!("../../../../repro/recipes/small.toml"),
+    )
+    .unwrap();
+    // Four times the batch: the card runs out within the first steps, so refusals are exported too.
+    let recipe = small.with_batch(32).unwrap();
+    let (report, trace) = highwater::trace(&recipe, 3, 1..=3).unwrap();
+    assert!(!report.failures.is_empty(), "the bigger batch fails");
+    let file =
+        std::env::temp_dir().join(format!("highwater-snapshot-{}.pickle", std::process::id()));
+    std::fs::write(&file, highwater::memviz::snapshot_pickle(&trace)).unwrap();
+    let checker = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/pickle/check_snapshot.py"
+    );
+    let out = Command::new("python3")
+        .arg(checker)
+        .arg(&file)
+        .output()
+        .expect("python3 runs (.ci/run installs it)");
+    std::fs::remove_file(&file).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let count = |a: Action| trace.events.iter().filter(|e| e.action == a).count() as u64;
+    let actions = &summary["actions"];
+    assert_eq!(
+        actions["alloc"],
+        count(Action::Live) + count(Action::Reserve)
+    );
+    assert_eq!(actions["free_completed"], count(Action::Free));
+    assert_eq!(
+        actions["segment_alloc"],
+        count(Action::PageHeld) + count(Action::PageAlloc)
+    );
+    assert_eq!(actions["oom"], report.failures.len() as u64);
+    assert_eq!(summary["segments"], *report.pages.last().unwrap() as u64);
+    let frame = &summary["first_frame"];
+    assert!(
+        frame["name"]
+            .as_str()
+            .unwrap()
+            .contains("in step 3 optimizer"),
+        "{frame}"
+    );
+}
