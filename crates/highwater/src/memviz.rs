@@ -121,7 +121,7 @@ pub fn snapshot(trace: &MemTrace) -> Value {
             let base = bases[&page];
             let mut blocks = vec![];
             let (mut at, mut active, mut requested) = (0u64, 0u64, 0u64);
-            let mut gap = |from: u64, to: u64, blocks: &mut Vec<Value>| {
+            let gap = |from: u64, to: u64, blocks: &mut Vec<Value>| {
                 if to > from {
                     blocks.push(Value::dict([
                         ("address", int(base + from)),

@@ -350,6 +350,12 @@ struct Held {
     alloc: u64,
 }
 
+/// What a recorded event is about: (allocation, label, bytes).
+type What = (u64, u32, u64);
+
+/// Where it lies: (page, page bytes, offset).
+type Where = (u32, u64, u64);
+
 /// The events of a traced range, as they happen.
 struct Recording {
     first: u64,
@@ -468,7 +474,7 @@ impl<'a> Simulation<'a> {
 
     /// Records an event of the current step and phase when the step is traced: `what` is
     /// (allocation, label, bytes), `at` is (page, page bytes, offset).
-    fn record(&mut self, action: Action, what: (u64, u32, u64), at: (u32, u64, u64), late: bool) {
+    fn record(&mut self, action: Action, what: What, at: Where, late: bool) {
         if !self.recording() {
             return;
         }
@@ -489,7 +495,7 @@ impl<'a> Simulation<'a> {
     }
 
     /// Where a live slice lies: (page, page bytes, offset).
-    fn locate(pool: &mut CardPool, handle: &ManagedMemoryHandle) -> (u32, u64, u64) {
+    fn locate(pool: &mut CardPool, handle: &ManagedMemoryHandle) -> Where {
         let (page, offset) = pool.location(handle).expect("a live handle lies in a page");
         let bytes = pool.storage().page_bytes(page).unwrap_or(0);
         (page, bytes, offset)
@@ -508,7 +514,7 @@ impl<'a> Simulation<'a> {
                 false,
             );
         }
-        let live: Vec<((u64, u32, u64), (u32, u64, u64))> = self
+        let live: Vec<(What, Where)> = self
             .init
             .iter()
             .chain(self.handles.iter().flatten())
@@ -946,7 +952,10 @@ mod tests {
     fn absurd_trace_ranges_are_refused_before_any_work() {
         let r = small();
         assert!(matches!(trace(&r, 1, 0..=3), Err(TraceError::Range { .. })));
-        assert!(matches!(trace(&r, 1, 4..=3), Err(TraceError::Range { .. })));
+        assert!(matches!(
+            trace(&r, 1, std::ops::RangeInclusive::new(4, 3)),
+            Err(TraceError::Range { .. })
+        ));
         let err = trace(&r, 1, 1..=u64::MAX).unwrap_err();
         assert!(err.to_string().contains("MAX_STEPS"), "{err}");
         let err = trace(&r, 1, 1..=90_000).unwrap_err();
