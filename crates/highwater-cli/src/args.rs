@@ -40,7 +40,9 @@ pub(crate) enum Command {
 #[command(after_help = "Examples:\n  \
     highwater simulate --recipe repro/recipes/situ.toml --steps 2000 --seeds 1..3\n  \
     highwater simulate --recipe repro/recipes/situ.toml --seeds 1..3 --json > runs.jsonl\n  \
-    highwater simulate --recipe repro/recipes/small.toml --seed 1 --svg small.svg\n\n\
+    highwater simulate --recipe repro/recipes/small.toml --seed 1 --svg small.svg\n  \
+    highwater simulate --recipe repro/recipes/small.toml --seed 3 --steps 12 \
+    --trace-steps 10..12 --trace t.jsonl --snapshot t.pickle\n\n\
     JSON: one object per run per line with recipe, seed, steps, died_at (null if it \
     survived), capacity, peak_in_use / reserved / pages (per step), and failures \
     (step, requested, page, phase).")]
@@ -63,6 +65,44 @@ pub(crate) struct SimulateArgs {
     pub json: bool,
     #[arg(long, value_name = "OUT", help = svg_help())]
     pub svg: Option<PathBuf>,
+    /// Record every pool event of the traced steps (one seed) to this file as JSON lines: a
+    /// header, then reserve / free / page / out-of-memory events with tensor, op, page, offset.
+    #[arg(long, value_name = "OUT.jsonl")]
+    pub trace: Option<PathBuf>,
+    /// Write the traced steps (one seed) as a PyTorch memory snapshot: drop it on
+    /// pytorch.org/memory_viz, or `python -m torch.cuda._memory_viz trace_plot OUT.pickle`.
+    #[arg(long, value_name = "OUT.pickle")]
+    pub snapshot: Option<PathBuf>,
+    #[arg(long, value_name = "A..B", value_parser = parse_step_range, help = trace_steps_help())]
+    pub trace_steps: Option<(u64, u64)>,
+}
+
+fn trace_steps_help() -> String {
+    format!(
+        "Steps --trace and --snapshot record, `A..B` inclusive, at most {} events in all \
+         [default: every step]",
+        highwater::limits::MAX_TRACE_EVENTS.max
+    )
+}
+
+/// `--trace-steps A..B` (or `A..=B`, or one step `A`): a non-empty range of steps from 1.
+fn parse_step_range(s: &str) -> Result<(u64, u64), String> {
+    let num = |t: &str| {
+        t.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("`{}` is not a step number", quote(t)))
+    };
+    let (a, b) = match s.split_once("..") {
+        Some((a, b)) => (num(a)?, num(b.strip_prefix('=').unwrap_or(b))?),
+        None => (num(s)?, num(s)?),
+    };
+    if a == 0 || a > b {
+        return Err(format!(
+            "`{}` is not a range of steps (they count from 1, start ≤ end)",
+            quote(s)
+        ));
+    }
+    Ok((a, b))
 }
 
 fn steps_help() -> String {
@@ -403,6 +443,20 @@ fn parse_seeds(s: &str) -> Result<Seeds, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_ranges() {
+        assert_eq!(parse_step_range("10..12"), Ok((10, 12)));
+        assert_eq!(parse_step_range("10..=12"), Ok((10, 12)));
+        assert_eq!(parse_step_range("7"), Ok((7, 7)));
+        assert!(parse_step_range("0..3").unwrap_err().contains("from 1"));
+        assert!(
+            parse_step_range("5..3")
+                .unwrap_err()
+                .contains("start ≤ end")
+        );
+        assert!(parse_step_range("x..3").unwrap_err().contains("`x`"));
+    }
 
     #[test]
     fn seeds() {

@@ -85,7 +85,7 @@ fn simulate(a: SimulateArgs) -> Result<()> {
         );
     }
     let steps = a.steps.unwrap_or(recipe.steps);
-    let seeds = match (a.seeds, a.seed) {
+    let seeds = match (a.seeds.clone(), a.seed) {
         (Some(s), _) => s.0,
         (None, Some(s)) => vec![s],
         (None, None) => recipe.seeds.clone(),
@@ -96,6 +96,17 @@ fn simulate(a: SimulateArgs) -> Result<()> {
             "--svg draws a line per seed: {} seeds, above {MAX_FIGURE_SEEDS}",
             seeds.len()
         );
+    }
+    let tracing = a.trace.is_some() || a.snapshot.is_some();
+    if tracing && seeds.len() != 1 {
+        bail!(
+            "--trace and --snapshot record one run: {} seeds were asked for (say --seed N)",
+            seeds.len()
+        );
+    }
+    let (first, last) = a.trace_steps.unwrap_or((1, steps));
+    if tracing && last > steps {
+        bail!("--trace-steps ends at step {last}, after the run's last step ({steps})");
     }
     let total = steps.saturating_mul(seeds.len() as u64);
     let bar = if std::io::stderr().is_terminal() {
@@ -114,7 +125,19 @@ fn simulate(a: SimulateArgs) -> Result<()> {
     let mut series = vec![];
     for &seed in &seeds {
         bar.set_message(format!("seed {seed}"));
-        let report = simulate_with(&recipe, seed, steps, &mut Progress { bar: &bar, steps });
+        let report = if tracing {
+            // The range is checked against the limits before anything runs.
+            let (report, trace) = highwater::trace(&recipe, seed, first..=last)?;
+            write_trace(&a, &trace)?;
+            // The run goes on past the traced range, without recording.
+            if steps > last && report.died_at.is_none() {
+                simulate_with(&recipe, seed, steps, &mut Progress { bar: &bar, steps })
+            } else {
+                report
+            }
+        } else {
+            simulate_with(&recipe, seed, steps, &mut Progress { bar: &bar, steps })
+        };
         if a.json {
             let line = RunLine {
                 recipe: &report.recipe,
@@ -147,6 +170,21 @@ fn simulate(a: SimulateArgs) -> Result<()> {
         let svg = chart(&recipe, series).to_svg();
         std::fs::write(&path, svg)
             .with_context(|| format!("cannot write the figure to {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes the files `--trace` and `--snapshot` ask for.
+fn write_trace(a: &SimulateArgs, trace: &highwater::MemTrace) -> Result<()> {
+    if let Some(path) = &a.trace {
+        let cant = || format!("cannot write the trace to {}", path.display());
+        let mut w = std::io::BufWriter::new(File::create(path).with_context(cant)?);
+        trace.write_json_lines(&mut w).with_context(cant)?;
+        w.flush().with_context(cant)?;
+    }
+    if let Some(path) = &a.snapshot {
+        std::fs::write(path, highwater::memviz::snapshot_pickle(trace))
+            .with_context(|| format!("cannot write the snapshot to {}", path.display()))?;
     }
     Ok(())
 }

@@ -120,6 +120,86 @@ fn simulate_table() {
     );
 }
 
+/// `--trace` writes a header and one event per line, with a name and a place for each
+/// slice; `--snapshot` writes a pickle; a trace of several seeds, a range past the run, or one
+/// past the event limit is refused before anything is written.
+#[test]
+fn simulate_traces_a_step_range() {
+    let dir = std::env::temp_dir().join(format!("highwater-cli-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (jsonl, pickle) = (dir.join("t.jsonl"), dir.join("t.pickle"));
+    let args = |steps: &str, range: &str, seed: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "simulate",
+            "--recipe",
+            "repro/recipes/small.toml",
+            "--steps",
+            steps,
+            "--trace-steps",
+            range,
+            "--trace",
+            jsonl.to_str().unwrap(),
+            "--snapshot",
+            pickle.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec();
+        v.extend(seed.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |a: Vec<String>| highwater(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run(args("12", "11..12", &["--seed", "3"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let text_lines = std::fs::read_to_string(&jsonl).unwrap();
+    let lines: Vec<Value> = text_lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["highwater_trace"], 1);
+    assert_eq!(
+        (
+            lines[0]["first_step"].as_u64(),
+            lines[0]["last_step"].as_u64()
+        ),
+        (Some(11), Some(12))
+    );
+    assert_eq!(lines[0]["events"].as_u64(), Some(lines.len() as u64 - 1));
+    let reserve = lines
+        .iter()
+        .find(|l| l["action"] == "reserve" && l["family"] == "matmul")
+        .expect("a matmul output is reserved");
+    assert!(
+        reserve["tensor"].as_str().unwrap().starts_with("it"),
+        "{reserve}"
+    );
+    assert!(
+        reserve["page"].is_u64() && reserve["offset"].is_u64(),
+        "{reserve}"
+    );
+    assert!(std::fs::read(&pickle).unwrap().starts_with(&[0x80, 4]));
+    for (a, why) in [
+        (
+            args("12", "11..12", &["--seeds", "1..2"]),
+            "one run: 2 seeds",
+        ),
+        (
+            args("12", "11..13", &["--seed", "3"]),
+            "after the run's last step (12)",
+        ),
+        (
+            args("2000", "1..2000", &["--seed", "3"]),
+            "MAX_TRACE_EVENTS",
+        ),
+    ] {
+        std::fs::remove_file(&jsonl).ok();
+        let out = run(a);
+        assert!(!out.status.success());
+        assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+        assert!(!jsonl.exists(), "nothing is written");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn simulate_writes_the_figure() {
     let dir = std::env::temp_dir().join(format!("highwater-cli-{}", std::process::id()));
