@@ -52,6 +52,7 @@ pub mod series;
 pub mod surplus;
 pub mod tables;
 pub mod text;
+pub mod timeline;
 pub mod wall;
 
 pub use experiments::Experiment;

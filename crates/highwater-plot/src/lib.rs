@@ -6,7 +6,9 @@
 //!   with the step each run died at marked and labelled;
 //! - [`ErrorChart`]: signed percentages per step, e.g. a simulator's error against a GPU;
 //! - [`StackedBars`]: what each path keeps alive per call, stacked by op, in bytes;
-//! - [`DeathHistogram`]: when runs die over many seeds, survivors set apart.
+//! - [`DeathHistogram`]: when runs die over many seeds, survivors set apart;
+//! - [`MemoryView`]: every allocation over time, interactive HTML (the one output here that
+//!   carries a script: see its module).
 //!
 //! The SVG is theme-aware and inline-safe:
 //! - text, axes and grid are drawn in `currentColor` (the grid at reduced opacity), the
@@ -30,6 +32,7 @@ mod frame;
 mod highwater;
 mod labels;
 mod legend;
+mod memview;
 mod rates;
 mod theme;
 mod timeline;
@@ -39,6 +42,9 @@ pub use bars::{Bar, StackedBars};
 pub use deaths::DeathHistogram;
 pub use errors::{ErrorChart, ErrorLine};
 pub use highwater::{HighWaterChart, Series};
+pub use memview::{
+    Band, DetailStep, FAMILY_COLOURS, FreeSpace, MAX_BANDS, MemoryView, Page, Refusal, StepTotals,
+};
 pub use rates::{Curve, RateChart};
 pub use theme::{PALETTE, arm_colour, arm_colours, arm_key};
 pub use timeline::{Lane, Mark, Timeline};

@@ -1,0 +1,161 @@
+//! A traced run as [`MemoryView`], the book's interactive memory timeline: each allocation's
+//! life from its reserve to its free, the pages, the steps, and the run's every step in the
+//! overview.
+
+use std::collections::{BTreeMap, HashMap};
+
+use highwater::RunReport;
+use highwater::ledger::Family;
+use highwater::memtrace::{Action, MemTrace};
+use highwater_plot::{Band, DetailStep, MemoryView, Page, Refusal, StepTotals};
+
+/// The view of `trace` (with `report`, the same run's figures, for the overview), showing only
+/// the allocations `keep` accepts (by tensor name), e.g. one expert call's.
+pub fn memory_view(
+    trace: &MemTrace,
+    report: &RunReport,
+    title: &str,
+    keep: impl Fn(&str) -> bool,
+) -> MemoryView {
+    let family = |f: Family| Family::ALL.iter().position(|&g| g == f).unwrap_or(0);
+    let mut bands: Vec<Band> = vec![];
+    let mut open: HashMap<u64, usize> = HashMap::new();
+    let mut pages: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut steps: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut refusals = vec![];
+    for (seq, e) in trace.events.iter().enumerate() {
+        let seq = seq as u64;
+        let span = steps.entry(e.step).or_insert((seq, seq + 1));
+        span.1 = seq + 1;
+        let label = trace.label(e);
+        match e.action {
+            Action::PageHeld | Action::PageAlloc => {
+                pages.insert(e.page, e.page_bytes);
+            }
+            Action::PageRelease => {}
+            Action::Live | Action::Reserve if keep(&label.tensor) => {
+                open.insert(e.alloc, bands.len());
+                bands.push(Band {
+                    start: seq,
+                    end: None,
+                    page: e.page,
+                    offset: e.offset,
+                    bytes: e.bytes,
+                    family: family(label.family),
+                    tensor: label.tensor.clone(),
+                    op: label.op.clone(),
+                    step: if e.action == Action::Live { 0 } else { e.step },
+                    late: false,
+                });
+            }
+            Action::Free => {
+                if let Some(i) = open.remove(&e.alloc) {
+                    bands[i].end = Some(seq);
+                    bands[i].late = e.late;
+                }
+            }
+            Action::OutOfMemory => refusals.push(Refusal {
+                time: seq,
+                bytes: e.bytes,
+                page_bytes: e.page_bytes,
+                tensor: label.tensor.clone(),
+            }),
+            Action::Live | Action::Reserve => {}
+        }
+    }
+    let used: std::collections::HashSet<u32> = bands.iter().map(|b| b.page).collect();
+    let failures_at = |step: u64| report.failures.iter().filter(|f| f.step == step).count() as u32;
+    MemoryView {
+        title: title.to_string(),
+        families: Family::ALL.iter().map(|f| f.name().to_string()).collect(),
+        bands,
+        pages: pages
+            .into_iter()
+            .filter(|(p, _)| used.contains(p))
+            .map(|(number, bytes)| Page { number, bytes })
+            .collect(),
+        steps: steps
+            .into_iter()
+            .map(|(step, (start, end))| DetailStep { step, start, end })
+            .collect(),
+        overview: (0..report.peak_in_use.len())
+            .map(|i| StepTotals {
+                step: i as u64 + 1,
+                peak: report.peak_in_use[i],
+                reserved: report.reserved[i],
+                failures: failures_at(i as u64 + 1),
+            })
+            .collect(),
+        refusals,
+        capacity: trace.capacity,
+        died_at: report.died_at,
+        initial: trace.died_at.or(report.failures.first().map(|f| f.step)),
+    }
+}
+
+/// What one expert call holds across its step, read off the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallHold {
+    /// Buffers the call reserves in the forward pass and frees in the backward pass.
+    pub buffers: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// The first expert call of `recipe`'s first step (tensors `it0.expert0.*`), traced through
+/// the pool: its view, and what it holds from forward to backward.
+pub fn first_call(
+    recipe: &highwater::Recipe,
+    title: &str,
+) -> Result<(MemoryView, CallHold), highwater::TraceError> {
+    const CALL: &str = "it0.expert0.";
+    let (report, trace) = highwater::trace(recipe, 1, 1..=1)?;
+    let view = memory_view(&trace, &report, title, |t| t.starts_with(CALL));
+    let mut phase_of: HashMap<u64, highwater::trace::Phase> = HashMap::new();
+    let mut hold = CallHold {
+        buffers: 0,
+        bytes: 0,
+    };
+    for e in &trace.events {
+        if !trace.label(e).tensor.starts_with(CALL) {
+            continue;
+        }
+        match e.action {
+            Action::Reserve => {
+                phase_of.insert(e.alloc, e.phase);
+            }
+            Action::Free => {
+                use highwater::trace::Phase;
+                if phase_of.get(&e.alloc) == Some(&Phase::Forward) && e.phase == Phase::Backward {
+                    hold.buffers += 1;
+                    hold.bytes += e.bytes;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((view, hold))
+}
+
+/// The steps around `recipe`'s first refused reserve with `seed`: the step before and the
+/// step itself, traced (`None`: the run never fails within the recipe's steps).
+pub fn first_refusal(
+    recipe: &highwater::Recipe,
+    seed: u64,
+    title: &str,
+) -> Result<Option<MemoryView>, highwater::TraceError> {
+    let plain = highwater::simulate(recipe, seed, recipe.steps);
+    let Some(step) = plain.first_failure() else {
+        return Ok(None);
+    };
+    let last = plain.died_at.unwrap_or(step);
+    let (report, trace) = highwater::trace(recipe, seed, step.saturating_sub(1).max(1)..=step)?;
+    // The overview shows the whole run, to its death.
+    let report = RunReport {
+        died_at: Some(last),
+        ..highwater::simulate(recipe, seed, last.max(report.steps))
+    };
+    let mut view = memory_view(&trace, &report, title, |_| true);
+    view.initial = Some(step);
+    Ok(Some(view))
+}
