@@ -54,10 +54,13 @@ window.hwMemView = window.hwMemView || function (root) {
       if (p) { l.setAttribute('x1', p[0]); l.setAttribute('x2', p[0]); }
     });
     const shown = s ? s[0] : (data.initial !== null ? data.initial : steps[steps.length - 1][0]);
+    let drawn = false;
     svg.querySelectorAll('.hwv-pages').forEach(g => {
-      if (g.dataset.step === String(shown)) g.removeAttribute('display');
+      if (g.dataset.step === String(shown)) { g.removeAttribute('display'); drawn = true; }
       else g.setAttribute('display', 'none');
     });
+    const none = svg.querySelector('.hwv-nopages');
+    if (none) { if (drawn) none.setAttribute('display', 'none'); else none.removeAttribute('display'); }
     root.querySelectorAll('.hwv-says').forEach(p => { p.hidden = p.dataset.step !== String(shown); });
     root.querySelector('.hwv-step').value = s ? String(s[0]) : 'all';
     if (layout === 'stack') drawStack();

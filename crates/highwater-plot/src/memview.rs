@@ -151,7 +151,7 @@ pub struct MemoryView {
     pub initial: Option<u64>,
 }
 
-const W: f64 = 960.0;
+const W: f64 = 820.0;
 const LEFT: f64 = 118.0;
 const RIGHT: f64 = 12.0;
 const PLOT_W: f64 = W - LEFT - RIGHT;
@@ -161,6 +161,8 @@ const LANES_H: f64 = 360.0;
 const LANE_FLOOR: f64 = 2.5;
 const PAGES_COLUMNS: usize = 3;
 const PAGE_ROW: f64 = 13.0;
+/// Steps that get a page view.
+const PAGE_VIEWS: usize = 8;
 /// Pages the page view draws one bar each; the rest are summed up by size.
 const PAGE_BARS: usize = 60;
 
@@ -273,7 +275,13 @@ impl MemoryView {
         );
         let _ = write!(
             html,
-            "<script>{SCRIPT}\nhwMemView(document.getElementById(\"{id}\"));</script></div>"
+            "<script>{}\nhwMemView(document.getElementById(\"{id}\"));</script></div>",
+            // A blank line would end the HTML block in markdown.
+            SCRIPT
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         html
     }
@@ -406,24 +414,24 @@ impl MemoryView {
             }
             pts
         };
+        let heading = format!(
+            "Every step, {}–{}: peak in use (orange), reserved (line), capacity (dashed); the \
+             shaded steps are drawn below",
+            self.overview.first().map_or(0, |s| s.step),
+            self.overview.last().map_or(0, |s| s.step),
+        );
         let _ = write!(
             out,
-            "<text x=\"{LEFT}\" y=\"{:.0}\">{}</text>\
+            "<text x=\"{LEFT}\" y=\"{:.0}\">{heading}</text>\
              <line x1=\"{LEFT}\" x2=\"{:.0}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"currentColor\" \
              stroke-dasharray=\"4 3\" opacity=\"0.7\"/>\
              <text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\">capacity {}</text>",
             OVERVIEW_TOP - 4.0,
-            format!(
-                "Every step, {}–{}: peak in use (orange), reserved (line), capacity (dashed); \
-                 the shaded steps are drawn below",
-                self.overview.first().map_or(0, |s| s.step),
-                self.overview.last().map_or(0, |s| s.step),
-            ),
             LEFT + PLOT_W,
             y(self.capacity),
             y(self.capacity),
-            LEFT + PLOT_W,
-            y(self.capacity) - 3.0,
+            LEFT + PLOT_W - 4.0,
+            y(self.capacity) + 12.0,
             format_bytes(self.capacity)
         );
         let _ = write!(
@@ -546,7 +554,35 @@ impl MemoryView {
         let mut out = String::new();
         let mut notes = String::new();
         let col_w = (PLOT_W + LEFT - 20.0) / PAGES_COLUMNS as f64;
-        for s in steps {
+        // A page view costs about as much as a step's bands: only a few steps get one, the
+        // one shown first, those with a refusal, then the last ones.
+        let mut chosen: Vec<u64> = shown.into_iter().collect();
+        for s in steps.iter().filter(|s| {
+            self.refusals
+                .iter()
+                .any(|r| (s.start..s.end).contains(&r.time))
+        }) {
+            chosen.push(s.step);
+        }
+        chosen.extend(steps.iter().rev().map(|s| s.step));
+        let mut seen = std::collections::BTreeSet::new();
+        chosen.retain(|s| seen.insert(*s));
+        chosen.truncate(PAGE_VIEWS);
+        chosen.sort_unstable();
+        if chosen.len() < steps.len() {
+            let list = chosen
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = write!(
+                out,
+                "<text class=\"hwv-nopages\" x=\"10\" y=\"{:.0}\" font-size=\"12\" \
+                 display=\"none\">The page view is drawn for steps {list} only.</text>",
+                top + 10.0
+            );
+        }
+        for s in steps.iter().filter(|s| chosen.contains(&s.step)) {
             let (at, why) = self.instant(bands, s);
             let live: Vec<&&Band> = bands
                 .iter()
@@ -794,6 +830,7 @@ impl MemoryView {
             css,
             "#{id}{{position:relative;margin:1em 0}}\
              #{id} svg{{font-family:sans-serif;display:block}}\
+             #{id} svg text{{fill:currentColor}}\
              #{id} .hwv-controls{{font-size:0.85em;margin-bottom:0.3em}}\
              #{id} .hwv-controls select{{margin-right:1em}}\
              #{id} .hwv-pick{{cursor:pointer}}\

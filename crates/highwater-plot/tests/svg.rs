@@ -7,6 +7,8 @@ use highwater_plot::{
 };
 use roxmltree::{Document, Node};
 
+mod memview;
+
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 

@@ -2,6 +2,7 @@
 //! beside the tests; `UPDATE_SNAPSHOTS=1 cargo test -p CRATE` rewrites the files instead of
 //! comparing, and a missing file says how to make it.
 
+pub mod browser;
 pub mod fuzz;
 
 use std::path::Path;

@@ -4,88 +4,23 @@
 //! little contrast to be seen.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+pub(crate) use snapshots::browser::{Probe, chromium};
+
+/// [`snapshots::browser::probe`], its profile in this test binary's scratch folder.
+pub(crate) fn probe(chromium: &str, page: &Path, probe: &Probe) -> String {
+    snapshots::browser::probe(
+        chromium,
+        page,
+        probe,
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+    )
+}
 
 const AUDIT: &str = include_str!("audit.js");
 
 /// Themes the book is read in: mdbook's default and its most used dark one.
 pub(crate) const THEMES: [&str; 2] = ["light", "coal"];
-
-/// The Chromium binary, or `None` off CI where it is not installed.
-pub(crate) fn chromium() -> Option<&'static str> {
-    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .find(|p| Path::new(p).exists());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have chromium (see .ci/run)"
-        );
-        eprintln!("skipping the Chromium checks: chromium is not installed");
-    }
-    found
-}
-
-/// What a probe puts into a copy of a page: `head` first in its `<head>`, `script` last in its
-/// `<body>`; the script leaves its answer in `body[data-ATTR]`. `tag` names the copy and the
-/// Chromium profile, so that probes running at once do not share either.
-pub(crate) struct Probe<'a> {
-    pub(crate) head: &'a str,
-    pub(crate) script: &'a str,
-    pub(crate) attr: &'a str,
-    pub(crate) tag: &'a str,
-}
-
-/// Loads `page` with `probe` in headless Chromium; returns the probe's answer, HTML entities
-/// decoded.
-pub(crate) fn probe(chromium: &str, page: &Path, probe: &Probe) -> String {
-    let Probe {
-        head,
-        script,
-        attr,
-        tag,
-    } = probe;
-    let html = std::fs::read_to_string(page).unwrap();
-    let probed = html
-        .replacen("<head>", &format!("<head>{head}"), 1)
-        .replacen("</body>", &format!("{script}</body>"), 1);
-    let copy = page.with_extension(format!("probe-{tag}.html"));
-    std::fs::write(&copy, probed).unwrap();
-    let profile = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{tag}"));
-    let output = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--window-size=1200,900",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("file://{}", copy.display()))
-        .output()
-        .expect("run chromium");
-    let _ = std::fs::remove_file(&copy);
-    let dom = String::from_utf8_lossy(&output.stdout);
-    dom.split(&format!("data-{attr}=\""))
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| {
-            panic!(
-                "the probe did not run on {}: {}",
-                page.display(),
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })
-        .replace("&quot;", "\"")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
-}
 
 /// The audit's findings for `page` read in `theme`.
 pub(crate) fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
