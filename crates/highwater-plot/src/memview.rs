@@ -40,7 +40,7 @@ pub const FAMILY_COLOURS: [&str; 11] = [
     "#009999", // teal
     "#DC267F", // magenta
     "#CC79A7", // reddish purple
-    "#A0522D", // sienna
+    "#B35F30", // sienna
     "#4A7A2A", // olive
 ];
 

@@ -1,5 +1,5 @@
 //! The memory view as a reader meets it: its SVG without the script (every band drawn, the
-//! initial step's page view shown), and in headless Chromium in a light and a dark theme
+//! initial step's page view shown), and in headless Chromium in mdbook's five themes
 //! (text in the theme's colour, the tooltip naming the band under the pointer, the step
 //! selector and the layout switch changing what is drawn, no console error).
 
@@ -246,10 +246,13 @@ out.errors = window.__errors;
 document.body.setAttribute('data-probe', JSON.stringify(out));
 </script>"#;
 
-/// mdbook's light and coal themes, as far as the view reads them.
-const THEMES: [(&str, &str, &str); 2] = [
+/// mdbook 0.5's five themes, as far as the view reads them: background and text colours.
+const THEMES: [(&str, &str, &str); 5] = [
     ("light", "#ffffff", "#000000"),
-    ("coal", "#1d1f21", "#c5c8c6"),
+    ("rust", "#e1e1db", "#262625"),
+    ("coal", "#141617", "#98a3ad"),
+    ("navy", "#161923", "#bcbdd0"),
+    ("ayu", "#0f1419", "#c5c5c5"),
 ];
 
 #[test]
