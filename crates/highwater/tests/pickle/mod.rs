@@ -5,16 +5,13 @@
 use highwater::pickle::{Value, to_pickle};
 use std::process::Command;
 
-/// `value` pickled, loaded by python3 and printed back as JSON (tuples become lists).
-fn through_python(test: &str, value: &Value) -> serde_json::Value {
+/// Runs python3 with `args`, then the path of a file holding `pickle`; its stdout as JSON.
+fn python(test: &str, pickle: &[u8], args: &[&str]) -> serde_json::Value {
     let name = format!("highwater-pickle-{test}-{}.pkl", std::process::id());
     let file = std::env::temp_dir().join(name);
-    std::fs::write(&file, to_pickle(value)).unwrap();
+    std::fs::write(&file, pickle).unwrap();
     let out = Command::new("python3")
-        .args([
-            "-c",
-            "import json, pickle, sys; print(json.dumps(pickle.load(open(sys.argv[1], 'rb'))))",
-        ])
+        .args(args)
         .arg(&file)
         .output()
         .expect("python3 runs (.ci/run installs it)");
@@ -25,6 +22,12 @@ fn through_python(test: &str, value: &Value) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `value` pickled, loaded by python3 and printed back as JSON (tuples become lists).
+fn through_python(test: &str, value: &Value) -> serde_json::Value {
+    let load = "import json, pickle, sys; print(json.dumps(pickle.load(open(sys.argv[1], 'rb'))))";
+    python(test, &to_pickle(value), &["-c", load])
 }
 
 #[test]
@@ -167,25 +170,12 @@ fn a_traced_run_exports_as_a_snapshot_memory_viz_takes() {
     let recipe = small.with_batch(32).unwrap();
     let (report, trace) = highwater::trace(&recipe, 3, 1..=3).unwrap();
     assert!(!report.failures.is_empty(), "the bigger batch fails");
-    let file =
-        std::env::temp_dir().join(format!("highwater-snapshot-{}.pickle", std::process::id()));
-    std::fs::write(&file, highwater::memviz::snapshot_pickle(&trace)).unwrap();
     let checker = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/pickle/check_snapshot.py"
     );
-    let out = Command::new("python3")
-        .arg(checker)
-        .arg(&file)
-        .output()
-        .expect("python3 runs (.ci/run installs it)");
-    std::fs::remove_file(&file).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let snapshot = highwater::memviz::snapshot_pickle(&trace);
+    let summary = python("traced-run", &snapshot, &[checker]);
     let count = |a: Action| trace.events.iter().filter(|e| e.action == a).count() as u64;
     let actions = &summary["actions"];
     assert_eq!(
