@@ -22,7 +22,9 @@ pub fn memory_view(
     let family = |f: Family| Family::ALL.iter().position(|&g| g == f).unwrap_or(0);
     let mut bands: Vec<Band> = vec![];
     let mut open: HashMap<u64, usize> = HashMap::new();
-    let mut pages: BTreeMap<u32, u64> = BTreeMap::new();
+    // Page → (bytes, first event it is held at).
+    let mut pages: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut left_out = false;
     let mut steps: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut refusals = vec![];
     for (seq, e) in trace.events.iter().enumerate() {
@@ -32,7 +34,7 @@ pub fn memory_view(
         let label = trace.label(e);
         match e.action {
             Action::PageHeld | Action::PageAlloc => {
-                pages.insert(e.page, e.page_bytes);
+                pages.insert(e.page, (e.page_bytes, seq));
             }
             Action::PageRelease => {}
             Action::Live | Action::Reserve if keep(&label.tensor) => {
@@ -62,9 +64,10 @@ pub fn memory_view(
                 page_bytes: e.page_bytes,
                 tensor: label.tensor.clone(),
             }),
-            Action::Live | Action::Reserve => {}
+            Action::Live | Action::Reserve => left_out = true,
         }
     }
+    // A view of some tensors draws the pages they use; a view of all, every page held.
     let used: std::collections::HashSet<u32> = bands.iter().map(|b| b.page).collect();
     let failures_at = |step: u64| report.failures.iter().filter(|f| f.step == step).count() as u32;
     MemoryView {
@@ -73,8 +76,12 @@ pub fn memory_view(
         bands,
         pages: pages
             .into_iter()
-            .filter(|(p, _)| used.contains(p))
-            .map(|(number, bytes)| Page { number, bytes })
+            .filter(|(p, _)| !left_out || used.contains(p))
+            .map(|(number, (bytes, since))| Page {
+                number,
+                bytes,
+                since,
+            })
             .collect(),
         steps: steps
             .into_iter()
@@ -150,14 +157,9 @@ pub fn first_refusal(
     let Some(step) = plain.first_failure() else {
         return Ok(None);
     };
-    let last = plain.died_at.unwrap_or(step);
-    let (report, trace) = highwater::trace(recipe, seed, step.saturating_sub(1).max(1)..=step)?;
-    // The overview shows the whole run, to its death.
-    let report = RunReport {
-        died_at: Some(last),
-        ..highwater::simulate(recipe, seed, last.max(report.steps))
-    };
-    let mut view = memory_view(&trace, &report, title, |_| true);
+    let (_, trace) = highwater::trace(recipe, seed, step.saturating_sub(1).max(1)..=step)?;
+    // The overview shows the whole run, to its death if it dies.
+    let mut view = memory_view(&trace, &plain, title, |_| true);
     view.initial = Some(step);
     Ok(Some(view))
 }
@@ -187,4 +189,40 @@ pub fn explain_refusal(view: &MemoryView) -> Option<String> {
         show(class.largest_gap),
         view.died_at.map_or("its end".into(), |d| d.to_string()),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reserve_is_a_band_and_every_held_page_is_drawn() {
+        let r = crate::Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .recipe("small")
+            .unwrap();
+        let (report, trace) = highwater::trace(&r, 3, 2..=3).unwrap();
+        let all = memory_view(&trace, &report, "all", |_| true);
+        let count = |a: Action| trace.events.iter().filter(|e| e.action == a).count();
+        assert_eq!(
+            all.bands.len(),
+            count(Action::Live) + count(Action::Reserve)
+        );
+        let freed = all.bands.iter().filter(|b| b.end.is_some()).count();
+        assert_eq!(freed, count(Action::Free));
+        assert_eq!(all.pages.len(), *report.pages.last().unwrap() as usize);
+        assert_eq!(all.steps.iter().map(|s| s.step).collect::<Vec<_>>(), [2, 3]);
+        // A view of some tensors draws only the pages they use.
+        let call = memory_view(&trace, &report, "call", |t| t.starts_with("it0.expert0."));
+        assert!(
+            call.bands
+                .iter()
+                .all(|b| b.tensor.starts_with("it0.expert0."))
+        );
+        assert!(call.pages.len() < all.pages.len());
+        assert!(
+            call.pages
+                .iter()
+                .all(|p| call.bands.iter().any(|b| b.page == p.number))
+        );
+    }
 }

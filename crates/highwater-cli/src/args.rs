@@ -46,6 +46,7 @@ pub(crate) enum Command {
     JSON: one object per run per line with recipe, seed, steps, died_at (null if it \
     survived), capacity, peak_in_use / reserved / pages (per step), and failures \
     (step, requested, page, phase).")]
+#[command(group(clap::ArgGroup::new("tracing").args(["trace", "snapshot"]).multiple(true)))]
 pub(crate) struct SimulateArgs {
     /// Recipe file (TOML), e.g. repro/recipes/situ.toml.
     #[arg(long, value_name = "PATH")]
@@ -73,7 +74,8 @@ pub(crate) struct SimulateArgs {
     /// pytorch.org/memory_viz, or `python -m torch.cuda._memory_viz trace_plot OUT.pickle`.
     #[arg(long, value_name = "OUT.pickle")]
     pub snapshot: Option<PathBuf>,
-    #[arg(long, value_name = "A..B", value_parser = parse_step_range, help = trace_steps_help())]
+    #[arg(long, value_name = "A..B", value_parser = parse_step_range, help = trace_steps_help(),
+          requires = "tracing")]
     pub trace_steps: Option<(u64, u64)>,
 }
 

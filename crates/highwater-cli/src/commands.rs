@@ -129,11 +129,12 @@ fn simulate(a: SimulateArgs) -> Result<()> {
             // The range is checked against the limits before anything runs.
             let (report, trace) = highwater::trace(&recipe, seed, first..=last)?;
             write_trace(&a, &trace)?;
-            // The run goes on past the traced range, without recording.
+            // The run goes on past the traced range, without recording; a run that died
+            // within it is over, and reports the steps asked for.
             if steps > last && report.died_at.is_none() {
                 simulate_with(&recipe, seed, steps, &mut Progress { bar: &bar, steps })
             } else {
-                report
+                RunReport { steps, ..report }
             }
         } else {
             simulate_with(&recipe, seed, steps, &mut Progress { bar: &bar, steps })

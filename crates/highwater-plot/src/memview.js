@@ -11,6 +11,7 @@ window.hwMemView = window.hwMemView || function (root) {
   const [LEFT, PLOT_W, TOP, H] = data.geometry;
   const NS = 'http://www.w3.org/2000/svg';
   const steps = data.steps;
+  if (!steps.length) return;
   const lanes = new Map(data.lanes.map(l => [l[0], l]));
   let win = [steps.length ? steps[0][1] : 0, steps.length ? steps[steps.length - 1][2] : 1];
   let layout = 'address';
@@ -53,7 +54,7 @@ window.hwMemView = window.hwMemView || function (root) {
       const l = refusals[i], p = place(l, r[0], r[0] + 1);
       if (p) { l.setAttribute('x1', p[0]); l.setAttribute('x2', p[0]); }
     });
-    const shown = s ? s[0] : (data.initial !== null ? data.initial : steps[steps.length - 1][0]);
+    const shown = s ? s[0] : data.shown;
     let drawn = false;
     svg.querySelectorAll('.hwv-pages').forEach(g => {
       if (g.dataset.step === String(shown)) { g.removeAttribute('display'); drawn = true; }

@@ -76,6 +76,8 @@ pub struct Page {
     pub number: u32,
     /// Its bytes.
     pub bytes: u64,
+    /// The event it was first held at (allocated, or held when the trace began).
+    pub since: u64,
 }
 
 /// A step drawn in detail: the event numbers it spans.
@@ -174,15 +176,15 @@ impl MemoryView {
     pub fn to_html(&self) -> String {
         let id = self.id();
         let (steps, cut) = self.budget();
-        let bands: Vec<&Band> = self
-            .bands
-            .iter()
-            .filter(|b| self.in_steps(b, &steps))
-            .collect();
         let window = (
             steps.first().map_or(0, |s| s.start),
             steps.last().map_or(1, |s| s.end),
         );
+        let bands: Vec<&Band> = self
+            .bands
+            .iter()
+            .filter(|b| Self::alive_in(b, window))
+            .collect();
         let initial = self
             .initial
             .and_then(|s| steps.iter().find(|d| d.step == s))
@@ -271,7 +273,7 @@ impl MemoryView {
         let _ = write!(
             html,
             "<script type=\"application/json\" class=\"hwv-data\">{}</script>",
-            data.replace("</", "<\\/")
+            data
         );
         let _ = write!(
             html,
@@ -291,18 +293,14 @@ impl MemoryView {
     /// can still take. Slices are laid out at the pool's 512-byte alignment.
     /// Only pages of `page_bytes` when given: the pages a reserve of one size class can use.
     pub fn free_space(&self, at: u64, page_bytes: Option<u64>) -> FreeSpace {
+        let by_page = Self::live_by_page(self.bands.iter(), at);
         let mut free = FreeSpace::default();
         for p in self
             .pages
             .iter()
-            .filter(|p| page_bytes.is_none_or(|b| b == p.bytes))
+            .filter(|p| p.since <= at && page_bytes.is_none_or(|b| b == p.bytes))
         {
-            let mut slices: Vec<&Band> = self
-                .bands
-                .iter()
-                .filter(|b| b.page == p.number && b.start <= at && b.end.is_none_or(|e| e > at))
-                .collect();
-            slices.sort_by_key(|b| b.offset);
+            let slices = by_page.get(&p.number).map_or(&[][..], Vec::as_slice);
             let mut cursor = 0u64;
             for b in slices {
                 let gap = b.offset.saturating_sub(cursor);
@@ -316,6 +314,21 @@ impl MemoryView {
             free.pages += 1;
         }
         free
+    }
+
+    /// The bands alive at `at`, by page, each page's in offset order.
+    fn live_by_page<'a>(
+        bands: impl Iterator<Item = &'a Band>,
+        at: u64,
+    ) -> std::collections::HashMap<u32, Vec<&'a Band>> {
+        let mut by_page: std::collections::HashMap<u32, Vec<&Band>> = Default::default();
+        for b in bands.filter(|b| Self::alive_at(b, at)) {
+            by_page.entry(b.page).or_default().push(b);
+        }
+        for slices in by_page.values_mut() {
+            slices.sort_by_key(|b| b.offset);
+        }
+        by_page
     }
 
     /// A stable id from the content, so two views on one page do not collide.
@@ -337,29 +350,36 @@ impl MemoryView {
     }
 
     /// The detailed steps within [`MAX_BANDS`], and the first step cut, if any.
+    /// Each band counts once, at the first step it is alive in (steps are in event order);
+    /// the first step is kept whole even past the budget, so that something is drawn.
     fn budget(&self) -> (Vec<DetailStep>, Option<u64>) {
-        let mut kept = vec![];
-        let mut used = 0;
-        for s in &self.steps {
-            let n = self
-                .bands
-                .iter()
-                .filter(|b| self.in_steps(b, std::slice::from_ref(s)))
-                .count();
-            if used + n > MAX_BANDS && !kept.is_empty() {
-                return (kept, Some(s.step));
+        let mut first_seen = vec![0usize; self.steps.len()];
+        for b in &self.bands {
+            let i = self.steps.partition_point(|s| s.end <= b.start);
+            if let Some(s) = self.steps.get(i)
+                && Self::alive_in(b, (s.start, s.end))
+            {
+                first_seen[i] += 1;
             }
-            used += n;
-            kept.push(*s);
         }
-        (kept, None)
+        let mut used = 0;
+        for (i, s) in self.steps.iter().enumerate() {
+            if used + first_seen[i] > MAX_BANDS && i > 0 {
+                return (self.steps[..i].to_vec(), Some(s.step));
+            }
+            used += first_seen[i];
+        }
+        (self.steps.clone(), None)
     }
 
-    /// Whether a band is alive during any of `steps`.
-    fn in_steps(&self, b: &Band, steps: &[DetailStep]) -> bool {
-        steps
-            .iter()
-            .any(|s| b.start < s.end && b.end.is_none_or(|e| e > s.start))
+    /// Whether a band is alive during the window of events `(start, end)`.
+    fn alive_in(b: &Band, window: (u64, u64)) -> bool {
+        b.start < window.1 && b.end.is_none_or(|e| e > window.0)
+    }
+
+    /// Whether a band is alive at event `at`.
+    fn alive_at(b: &Band, at: u64) -> bool {
+        b.start <= at && b.end.is_none_or(|e| e > at)
     }
 
     fn legend(&self, bands: &[&Band]) -> String {
@@ -584,10 +604,7 @@ impl MemoryView {
         }
         for s in steps.iter().filter(|s| chosen.contains(&s.step)) {
             let (at, why) = self.instant(bands, s);
-            let live: Vec<&&Band> = bands
-                .iter()
-                .filter(|b| b.start <= at && b.end.is_none_or(|e| e > at))
-                .collect();
+            let live = Self::live_by_page(bands.iter().copied(), at);
             let hidden = if Some(s.step) == shown {
                 ""
             } else {
@@ -620,9 +637,7 @@ impl MemoryView {
                 let x0 = 10.0 + col as f64 * col_w;
                 let y0 = top + 18.0 + row as f64 * PAGE_ROW;
                 let bar = col_w - 16.0;
-                let mut slices: Vec<&&&Band> =
-                    live.iter().filter(|b| b.page == page.number).collect();
-                slices.sort_by_key(|b| b.offset);
+                let slices = live.get(&page.number).map_or(&[][..], Vec::as_slice);
                 let _ = write!(
                     body,
                     "<rect x=\"{x0:.1}\" y=\"{y0:.1}\" width=\"{bar:.1}\" height=\"9\" \
@@ -630,7 +645,7 @@ impl MemoryView {
                      data-page=\"{}\"/>",
                     page.number
                 );
-                for b in &slices {
+                for b in slices {
                     let x = x0 + bar * b.offset as f64 / page.bytes as f64;
                     let w = (bar * b.bytes as f64 / page.bytes as f64).max(0.4);
                     let _ = write!(
@@ -645,10 +660,7 @@ impl MemoryView {
             let first_row = bars.len().div_ceil(PAGES_COLUMNS);
             for (g, (bytes, numbers)) in groups.iter().enumerate() {
                 let y0 = top + 18.0 + (first_row + g) as f64 * PAGE_ROW;
-                let used: Vec<bool> = numbers
-                    .iter()
-                    .map(|n| live.iter().any(|b| b.page == *n))
-                    .collect();
+                let used: Vec<bool> = numbers.iter().map(|n| live.contains_key(n)).collect();
                 let in_use = used.iter().filter(|u| **u).count();
                 let label = format!(
                     "{} more pages of {}: {in_use} hold a slice, {} are empty",
@@ -692,8 +704,8 @@ impl MemoryView {
             let _ = write!(
                 out,
                 "<g class=\"hwv-pages\" data-step=\"{}\"{hidden} font-size=\"12\"><text x=\"10\" \
-                 y=\"{:.0}\">Pages in step {} {why}: {} free inside {} pages held, the largest \
-                 free gap {}.</text>{body}</g>",
+                 y=\"{:.0}\">Pages in step {} {why}: {} free inside the {} pages drawn, the \
+                 largest free gap {}.</text>{body}</g>",
                 s.step,
                 top + 10.0,
                 s.step,
@@ -754,6 +766,9 @@ impl MemoryView {
         cut: Option<u64>,
         lanes: &Lanes,
     ) -> String {
+        // The step selected first, if drawn, and the step whose page view shows with "all".
+        let initial = self.initial.filter(|s| steps.iter().any(|d| d.step == *s));
+        let shown = initial.or(steps.last().map(|s| s.step));
         let mut d = String::from("{\"bands\":[");
         for (i, b) in bands.iter().enumerate() {
             if i > 0 {
@@ -797,7 +812,7 @@ impl MemoryView {
         }
         let _ = write!(
             d,
-            "],\"refusals\":[{}],\"overview\":[{}],\"initial\":{},\"cut\":{},\"geometry\":[{LEFT},{PLOT_W},{},{LANES_H}]}}",
+            "],\"refusals\":[{}],\"overview\":[{}],\"initial\":{},\"shown\":{},\"cut\":{},\"geometry\":[{LEFT},{PLOT_W},{},{LANES_H}]}}",
             self.refusals
                 .iter()
                 .map(|r| format!(
@@ -814,7 +829,8 @@ impl MemoryView {
                 .map(|s| format!("[{},{},{},{}]", s.step, s.peak, s.reserved, s.failures))
                 .collect::<Vec<_>>()
                 .join(","),
-            self.initial.map_or("null".into(), |s| s.to_string()),
+            initial.map_or("null".into(), |s| s.to_string()),
+            shown.map_or("null".into(), |s| s.to_string()),
             cut.map_or("null".into(), |s| s.to_string()),
             lanes.top,
         );
@@ -959,7 +975,9 @@ fn json_str(s: &str) -> String {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
+            // `<`, `>` and `&` too: the data sits in a <script>, which markup in a name could
+            // otherwise end or turn into an escaped state.
+            c if (c as u32) < 0x20 || matches!(c, '<' | '>' | '&') => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),

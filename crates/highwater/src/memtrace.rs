@@ -27,7 +27,8 @@ pub enum Action {
     Live,
     /// The pool asked the driver for a new page.
     PageAlloc,
-    /// The pool gave a page back to the driver.
+    /// The pool gave a page back to the driver (on an explicit cleanup, which the
+    /// simulator's steps never make: its traces have none).
     PageRelease,
     /// A tensor's slice was reserved.
     Reserve,
@@ -62,7 +63,8 @@ pub struct MemEvent {
     /// What happened.
     pub action: Action,
     /// The allocation's number in the run (a free carries its reserve's); for page events
-    /// and refusals, the reserve that caused them.
+    /// and refusals, the reserve that caused them; 0 for [`Action::PageHeld`], which has no
+    /// cause in the range (written `null` in JSON lines).
     pub alloc: u64,
     /// Index into [`MemTrace::labels`]: the tensor, and the op that made it.
     pub label: u32,
@@ -128,7 +130,7 @@ impl MemTrace {
                 step: e.step,
                 phase: e.phase,
                 action: e.action,
-                alloc: e.alloc,
+                alloc: (e.action != Action::PageHeld).then_some(e.alloc),
                 tensor: &l.tensor,
                 op: &l.op,
                 family: l.family,
@@ -151,7 +153,7 @@ struct EventLine<'a> {
     step: u64,
     phase: Phase,
     action: Action,
-    alloc: u64,
+    alloc: Option<u64>,
     tensor: &'a str,
     op: &'a str,
     family: Family,

@@ -199,6 +199,18 @@ pub enum TraceError {
         /// Last step asked for.
         last: u64,
     },
+    /// The trainer died before the range began: there is nothing to trace.
+    #[error(
+        "cannot trace steps {first}..={last}: the run died at step {died}, before step {first}"
+    )]
+    DiedBefore {
+        /// First step asked for.
+        first: u64,
+        /// Last step asked for.
+        last: u64,
+        /// The step it died at.
+        died: u64,
+    },
     /// The run or the trace would be too large.
     #[error("cannot trace steps {first}..={last}: {what} {why}")]
     TooLarge {
@@ -252,6 +264,9 @@ pub fn trace(
     });
     let report = sim.run_traced(last, &mut NoSink);
     let rec = sim.rec.take().expect("the recording is kept to the end");
+    if let Some(died) = report.died_at.filter(|&d| d < first) {
+        return Err(TraceError::DiedBefore { first, last, died });
+    }
     let trace = MemTrace {
         recipe: recipe.origin.clone(),
         seed,
@@ -952,6 +967,21 @@ mod tests {
     fn absurd_trace_ranges_are_refused_before_any_work() {
         let r = small();
         assert!(matches!(trace(&r, 1, 0..=3), Err(TraceError::Range { .. })));
+        let situ = Recipe::parse(
+            "situ.toml",
+            include_str!("../../../repro/recipes/situ.toml"),
+        )
+        .unwrap();
+        let died = simulate(&situ, 3, 400).died_at.expect("seed 3 dies");
+        let err = trace(&situ, 3, died + 1..=died + 2).unwrap_err();
+        assert_eq!(
+            err,
+            TraceError::DiedBefore {
+                first: died + 1,
+                last: died + 2,
+                died
+            }
+        );
         assert!(matches!(
             trace(&r, 1, std::ops::RangeInclusive::new(4, 3)),
             Err(TraceError::Range { .. })

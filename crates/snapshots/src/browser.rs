@@ -51,7 +51,10 @@ pub fn probe(chromium: &str, page: &Path, probe: &Probe, scratch: &Path) -> Stri
     let copy = page.with_extension(format!("probe-{tag}.html"));
     std::fs::write(&copy, probed).unwrap();
     let profile = scratch.join(format!("chromium-{tag}"));
-    let output = Command::new(chromium)
+    // A browser that hangs fails the test instead of holding it forever.
+    let output = Command::new("timeout")
+        .arg("120")
+        .arg(chromium)
         .args([
             "--headless",
             "--no-sandbox",

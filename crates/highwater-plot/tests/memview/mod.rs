@@ -40,7 +40,13 @@ fn view() -> MemoryView {
             32 * MIB,
             8 * MIB,
             2,
-            &format!("temp{k}"),
+            // One name carries markup that would end or escape the data's <script> if it
+            // were not escaped.
+            &if k == 7 {
+                "temp7<!--<script></script>".to_string()
+            } else {
+                format!("temp{k}")
+            },
             1 + k / 20,
         ));
         bands.push(band(
@@ -73,14 +79,17 @@ fn view() -> MemoryView {
             Page {
                 number: 0,
                 bytes: 8 * MIB,
+                since: 0,
             },
             Page {
                 number: 1,
                 bytes: 64 * MIB,
+                since: 0,
             },
             Page {
                 number: 2,
                 bytes: 16 * MIB,
+                since: 3,
             },
         ],
         steps: vec![
@@ -145,6 +154,24 @@ fn the_svg_reads_without_the_script() {
         .collect();
     assert_eq!(pages, [("1", Some("none")), ("2", None)]);
     assert!(html.contains("two steps &lt;of&gt; a test"));
+    assert!(
+        !html.contains("temp7<!--"),
+        "markup in a name is escaped everywhere"
+    );
+    assert!(html.contains("temp7\\u003c!--\\u003cscript\\u003e"));
+    // Before its first event a page is not held: it adds no free space.
+    assert_eq!(v.free_space(2, None).pages, 2);
+    assert_eq!(v.free_space(3, None).pages, 3);
+    // A view with nothing in it still renders, and says nothing.
+    let empty = MemoryView {
+        bands: vec![],
+        pages: vec![],
+        steps: vec![],
+        refusals: vec![],
+        ..view()
+    }
+    .to_html();
+    assert!(empty.contains("<svg") && empty.contains("all 0 drawn"));
     assert!(
         html.contains("the refused reserve (40 MiB for big) could only go to a page of 64 MiB")
     );
@@ -268,6 +295,14 @@ fn in_chromium_the_view_answers_the_pointer_and_the_controls() {
                  :root{{--bg:{bg};--fg:{fg}}} body{{background:{bg};color:{fg};width:800px}}\
                  </style></head><body>{}</body></html>",
                 view().to_html()
+                    + &MemoryView {
+                        bands: vec![],
+                        pages: vec![],
+                        steps: vec![],
+                        refusals: vec![],
+                        ..view()
+                    }
+                    .to_html()
             ),
         )
         .unwrap();
