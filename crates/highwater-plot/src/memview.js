@@ -153,10 +153,11 @@ window.hwMemView = window.hwMemView || function (root) {
         return `<b>free</b> in page ${lane[0]} (${bytes(lane[1])}), step ${stepOf(Math.round(t))}`;
       }
       const b = best;
-      const from = b[8] >> 1, late = b[8] & 1;
+      const from = b[7] >> 1, late = b[7] & 1;
+      const [tensor, op] = data.labels[b[6]];
       const ended = b[1] === null ? 'still live when the trace ends'
         : `freed in step ${stepOf(b[1])}${late ? ' (late)' : ''}, ${b[1] - b[0]} events later`;
-      return `<b>${esc(b[6])}</b><br>${esc(b[7])} · ${esc(data.families[b[5]])}<br>` +
+      return `<b>${esc(tensor)}</b><br>${esc(op)} · ${esc(data.families[b[5]])}<br>` +
         `${bytes(b[4])}, page ${b[2]} at offset ${bytes(b[3])}<br>` +
         `reserved in step ${from === 0 ? '0 (init)' : from}, ${ended}`;
     }

@@ -769,24 +769,37 @@ impl MemoryView {
         // The step selected first, if drawn, and the step whose page view shows with "all".
         let initial = self.initial.filter(|s| steps.iter().any(|d| d.step == *s));
         let shown = initial.or(steps.last().map(|s| s.step));
+        // Names repeat from step to step: each (tensor, op) is written once.
+        let mut labels: Vec<(&str, &str)> = vec![];
+        let mut label_of: std::collections::HashMap<(&str, &str), usize> = Default::default();
         let mut d = String::from("{\"bands\":[");
         for (i, b) in bands.iter().enumerate() {
             if i > 0 {
                 d.push(',');
             }
+            let key = (b.tensor.as_str(), b.op.as_str());
+            let label = *label_of.entry(key).or_insert_with(|| {
+                labels.push(key);
+                labels.len() - 1
+            });
             let _ = write!(
                 d,
-                "[{},{},{},{},{},{},{},{},{}]",
+                "[{},{},{},{},{},{},{label},{}]",
                 b.start,
                 b.end.map_or("null".to_string(), |e| e.to_string()),
                 b.page,
                 b.offset,
                 b.bytes,
                 b.family,
-                json_str(&b.tensor),
-                json_str(&b.op),
                 b.step * 2 + u64::from(b.late)
             );
+        }
+        d.push_str("],\"labels\":[");
+        for (i, (tensor, op)) in labels.iter().enumerate() {
+            if i > 0 {
+                d.push(',');
+            }
+            let _ = write!(d, "[{},{}]", json_str(tensor), json_str(op));
         }
         d.push_str("],\"steps\":[");
         for (i, s) in steps.iter().enumerate() {

@@ -253,11 +253,11 @@ const hover = (el) => {
   const tip = root.querySelector('.hwv-tip');
   return tip.hidden ? null : tip.textContent;
 };
-out.tipHeld = hover(rects[data.bands.findIndex(b => b[6] === 'held.mid')]);
+out.tipHeld = hover(rects[data.bands.findIndex(b => data.labels[b[6]][0] === 'held.mid')]);
 const step = root.querySelector('.hwv-step');
 step.value = '1'; step.dispatchEvent(new Event('change'));
 out.visibleStep1 = visible();
-out.tipTemp = hover(rects[data.bands.findIndex(b => b[6] === 'temp5')]);
+out.tipTemp = hover(rects[data.bands.findIndex(b => data.labels[b[6]][0] === 'temp5')]);
 out.pagesShown = [...svg.querySelectorAll('.hwv-pages')]
   .filter(g => g.getAttribute('display') !== 'none').map(g => g.dataset.step);
 svg.querySelector('.hwv-pick[data-step="2"]').dispatchEvent(new MouseEvent('click', { bubbles: true }));
