@@ -668,7 +668,7 @@ impl MemoryView {
                     format_bytes(*bytes),
                     numbers.len() - in_use
                 );
-                let width = 2.0 * col_w - 16.0;
+                let width = 1.3 * col_w;
                 let cell = width / numbers.len() as f64;
                 let _ = write!(
                     body,
