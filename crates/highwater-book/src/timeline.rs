@@ -19,7 +19,6 @@ pub fn memory_view(
     title: &str,
     keep: impl Fn(&str) -> bool,
 ) -> MemoryView {
-    let family = |f: Family| Family::ALL.iter().position(|&g| g == f).unwrap_or(0);
     let mut bands: Vec<Band> = vec![];
     let mut open: HashMap<u64, usize> = HashMap::new();
     // Page → (bytes, first event it is held at).
@@ -45,7 +44,7 @@ pub fn memory_view(
                     page: e.page,
                     offset: e.offset,
                     bytes: e.bytes,
-                    family: family(label.family),
+                    family: label.family as usize,
                     tensor: label.tensor.clone(),
                     op: label.op.clone(),
                     step: if e.action == Action::Live { 0 } else { e.step },

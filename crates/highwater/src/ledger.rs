@@ -109,7 +109,6 @@ impl Op {
             Op::Matmul => Family::Matmul,
             Op::Custom { .. } => Family::Kernel,
             Op::Reduce(_) => Family::Reduce,
-            Op::Slice { .. } => Family::Elementwise,
             _ => Family::Elementwise,
         }
     }
@@ -161,9 +160,7 @@ impl Label {
 }
 
 /// The kind of op behind a buffer: few enough to tell apart by colour.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Family {
     /// Parameters and fixed buffers, allocated before step one.
@@ -191,7 +188,7 @@ pub enum Family {
 }
 
 impl Family {
-    /// Every family, in legend order.
+    /// Every family, in legend order, which is declaration order: `family as usize` indexes it.
     pub const ALL: [Family; 11] = [
         Family::Weights,
         Family::Input,
@@ -221,11 +218,6 @@ impl Family {
             Family::Optimizer => "optimizer",
             Family::Loss => "loss",
         }
-    }
-
-    /// The family named `name` (as [`Family::name`] writes it).
-    pub fn from_name(name: &str) -> Option<Family> {
-        Family::ALL.into_iter().find(|f| f.name() == name)
     }
 }
 
@@ -867,6 +859,13 @@ impl<'a> Analysis<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_family_indexes_the_list_of_all() {
+        for (i, f) in Family::ALL.into_iter().enumerate() {
+            assert_eq!(f as usize, i, "{}", f.name());
+        }
+    }
 
     #[test]
     fn forward_peak_counts_fresh_buffers_alive_at_once() {

@@ -53,18 +53,18 @@ fn pin_runtime_config() {
 }
 
 /// A `ComputeStorage` that only counts: which pages exist and how many bytes they take.
+///
+/// Pages are numbered in the order they were allocated, so that a trace can name them.
 #[derive(Debug)]
 pub struct SimStorage {
     capacity: u64,
     allocated: u64,
-    live: BTreeMap<StorageId, u64>,
+    /// The pages held, each with its number.
+    live: BTreeMap<StorageId, u32>,
+    /// Bytes of every page ever allocated, by number (0 once given back).
+    sizes: Vec<u64>,
     pending: Vec<StorageId>,
     last_refused: Option<u64>,
-    page_allocs: u64,
-    /// Every page's number: its rank among the storage's allocations, so a trace can name it.
-    numbers: BTreeMap<StorageId, u32>,
-    /// Bytes of every page by number (0 once given back).
-    by_number: Vec<u64>,
 }
 
 impl SimStorage {
@@ -74,11 +74,9 @@ impl SimStorage {
             capacity,
             allocated: 0,
             live: BTreeMap::new(),
+            sizes: Vec::new(),
             pending: Vec::new(),
             last_refused: None,
-            page_allocs: 0,
-            numbers: BTreeMap::new(),
-            by_number: Vec::new(),
         }
     }
 
@@ -94,33 +92,27 @@ impl SimStorage {
 
     /// Sizes of the pages currently held, sorted.
     pub fn page_sizes(&self) -> Vec<u64> {
-        let mut sizes: Vec<u64> = self.live.values().copied().collect();
+        let mut sizes: Vec<u64> = self.numbered_pages().into_iter().map(|(_, b)| b).collect();
         sizes.sort_unstable();
         sizes
     }
 
     /// Total number of successful page allocations so far.
     pub fn page_allocs(&self) -> u64 {
-        self.page_allocs
+        self.sizes.len() as u64
     }
 
     /// The pages held, as (number, bytes), in the order they were allocated.
     pub fn numbered_pages(&self) -> Vec<(u32, u64)> {
-        let mut v: Vec<(u32, u64)> = self
-            .live
-            .iter()
-            .map(|(id, &bytes)| (self.numbers[id], bytes))
-            .collect();
-        v.sort_unstable();
-        v
+        (0..)
+            .zip(self.sizes.iter().copied())
+            .filter(|&(_, b)| b > 0)
+            .collect()
     }
 
     /// Bytes of the held page numbered `number`.
     pub fn page_bytes(&self, number: u32) -> Option<u64> {
-        self.by_number
-            .get(number as usize)
-            .copied()
-            .filter(|&b| b > 0)
+        self.sizes.get(number as usize).copied().filter(|&b| b > 0)
     }
 }
 
@@ -143,11 +135,9 @@ impl ComputeStorage for SimStorage {
             });
         }
         let id = StorageId::new();
-        self.numbers.insert(id, self.page_allocs as u32);
-        self.by_number.push(size);
+        self.live.insert(id, self.sizes.len() as u32);
+        self.sizes.push(size);
         self.allocated += size;
-        self.page_allocs += 1;
-        self.live.insert(id, size);
         Ok(StorageHandle::new(
             id,
             StorageUtilization { offset: 0, size },
@@ -161,11 +151,8 @@ impl ComputeStorage for SimStorage {
 
     fn flush(&mut self) {
         for id in self.pending.drain(..) {
-            if let Some(size) = self.live.remove(&id) {
-                self.allocated -= size;
-                if let Some(n) = self.numbers.remove(&id) {
-                    self.by_number[n as usize] = 0;
-                }
+            if let Some(n) = self.live.remove(&id) {
+                self.allocated -= std::mem::take(&mut self.sizes[n as usize]);
             }
         }
     }
@@ -267,7 +254,7 @@ impl CardPool {
     /// offset in the page, as CubeCL's own bookkeeping has it.
     pub fn location(&mut self, handle: &ManagedMemoryHandle) -> Option<(u32, u64)> {
         let storage = self.mm.get_storage(handle.clone().binding()).ok()?;
-        let page = *self.mm.storage().numbers.get(&storage.id)?;
+        let page = *self.mm.storage().live.get(&storage.id)?;
         Some((page, storage.utilization.offset))
     }
 

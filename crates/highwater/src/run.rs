@@ -186,7 +186,7 @@ pub fn simulate_with(recipe: &Recipe, seed: u64, steps: u64, sink: &mut dyn Sink
     Simulation::new(recipe, seed).run(steps, sink)
 }
 
-/// A step range that cannot be traced; nothing was run.
+/// A step range that cannot be traced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TraceError {
     /// The range is empty or starts before step 1.
@@ -262,7 +262,7 @@ pub fn trace(
         last,
         events: vec![],
     });
-    let report = sim.run_traced(last, &mut NoSink);
+    let report = sim.run(last, &mut NoSink);
     let rec = sim.rec.take().expect("the recording is kept to the end");
     if let Some(died) = report.died_at.filter(|&d| d < first) {
         return Err(TraceError::DiedBefore { first, last, died });
@@ -272,8 +272,9 @@ pub fn trace(
         seed,
         capacity: report.capacity,
         first_step: first,
-        last_step: report.died_at.unwrap_or(last).max(first),
-        died_at: report.died_at.filter(|&d| d >= first),
+        // A death before `first` was refused above.
+        last_step: report.died_at.unwrap_or(last),
+        died_at: report.died_at,
         labels: sim.labels.labels,
         events: rec.events,
     };
@@ -578,7 +579,6 @@ impl<'a> Simulation<'a> {
         }
         let recording = self.recording();
         let transients = self.use_transients && self.aligned && !recording;
-        let mut phase = Phase::Forward;
         let mut peak = self.in_use;
         let (mut after_forward, mut after_backward) = (self.in_use, self.in_use);
         let mut failures = vec![];
@@ -588,7 +588,6 @@ impl<'a> Simulation<'a> {
         while idx < plan.events.len() {
             match plan.events[idx] {
                 Event::Phase(p) => {
-                    phase = p;
                     self.at.1 = p;
                     match p {
                         Phase::Backward => after_forward = self.in_use,
@@ -638,7 +637,7 @@ impl<'a> Simulation<'a> {
                             });
                         }
                         Err(f) => {
-                            failures.push((f.requested, f.page, phase));
+                            failures.push((f.requested, f.page, self.at.1));
                             self.record(Action::OutOfMemory, what, (NO_PAGE, f.page, 0), false);
                         }
                     }
@@ -685,12 +684,8 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    fn run(mut self, steps: u64, sink: &mut dyn Sink) -> RunReport {
-        self.run_traced(steps, sink)
-    }
-
-    /// [`Self::run`], leaving the simulation (and its recording) for the caller.
-    fn run_traced(&mut self, steps: u64, sink: &mut dyn Sink) -> RunReport {
+    /// Runs `steps` steps; the simulation (and its recording) stays with the caller.
+    fn run(&mut self, steps: u64, sink: &mut dyn Sink) -> RunReport {
         let r = self.recipe;
         let mut report = RunReport {
             recipe: r.origin.clone(),
@@ -964,9 +959,10 @@ mod tests {
     }
 
     #[test]
-    fn absurd_trace_ranges_are_refused_before_any_work() {
+    fn absurd_trace_ranges_are_refused() {
         let r = small();
         assert!(matches!(trace(&r, 1, 0..=3), Err(TraceError::Range { .. })));
+        // After the run: a range past the death.
         let situ = Recipe::parse(
             "situ.toml",
             include_str!("../../../repro/recipes/situ.toml"),
