@@ -38,21 +38,6 @@ pub enum Action {
     OutOfMemory,
 }
 
-impl Action {
-    /// Its name in JSON lines.
-    pub fn name(self) -> &'static str {
-        match self {
-            Action::PageHeld => "page-held",
-            Action::Live => "live",
-            Action::PageAlloc => "page-alloc",
-            Action::PageRelease => "page-release",
-            Action::Reserve => "reserve",
-            Action::Free => "free",
-            Action::OutOfMemory => "out-of-memory",
-        }
-    }
-}
-
 /// One event; its position in [`MemTrace::events`] is its time (the simulator has no clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemEvent {

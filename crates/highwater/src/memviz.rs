@@ -38,7 +38,7 @@ pub fn snapshot(trace: &MemTrace) -> Value {
     let bases = page_bases(trace);
     let address = |e: &MemEvent| bases[&e.page] + e.offset;
     let int = |v: u64| Value::Int(v as i64);
-    let frames = |e: &MemEvent| {
+    let frames_of = |e: &MemEvent| {
         let l = trace.label(e);
         let phase = serde_json::to_value(e.phase).expect("a phase serializes");
         Value::List(vec![Value::dict([
@@ -64,6 +64,7 @@ pub fn snapshot(trace: &MemTrace) -> Value {
     let mut live: BTreeMap<u64, &MemEvent> = BTreeMap::new();
     let mut reserved = 0u64;
     for (seq, e) in trace.events.iter().enumerate() {
+        let frames = frames_of(e);
         let entry = |action: &str, addr: u64, size: u64, frames: Value| {
             Value::dict([
                 ("action", Value::str(action)),
@@ -78,32 +79,26 @@ pub fn snapshot(trace: &MemTrace) -> Value {
             Action::PageHeld | Action::PageAlloc => {
                 held.insert(e.page, e.page_bytes);
                 reserved += e.page_bytes;
-                events.push(entry(
-                    "segment_alloc",
-                    bases[&e.page],
-                    e.page_bytes,
-                    frames(e),
-                ));
+                events.push(entry("segment_alloc", bases[&e.page], e.page_bytes, frames));
             }
             Action::PageRelease => {
                 held.remove(&e.page);
                 reserved -= e.page_bytes;
-                events.push(entry(
-                    "segment_free",
-                    bases[&e.page],
-                    e.page_bytes,
-                    frames(e),
-                ));
+                events.push(entry("segment_free", bases[&e.page], e.page_bytes, frames));
             }
             Action::Live | Action::Reserve => {
                 live.insert(address(e), e);
-                events.push(entry("alloc", address(e), block_size(e), frames(e)));
+                events.push(entry("alloc", address(e), block_size(e), frames));
             }
             Action::Free => {
                 live.remove(&address(e));
-                for action in ["free_requested", "free_completed"] {
-                    events.push(entry(action, address(e), block_size(e), frames(e)));
-                }
+                events.push(entry(
+                    "free_requested",
+                    address(e),
+                    block_size(e),
+                    frames.clone(),
+                ));
+                events.push(entry("free_completed", address(e), block_size(e), frames));
             }
             Action::OutOfMemory => events.push(Value::dict([
                 ("action", Value::str("oom")),
@@ -111,7 +106,7 @@ pub fn snapshot(trace: &MemTrace) -> Value {
                 ("size", int(e.bytes)),
                 ("stream", Value::Int(0)),
                 ("time_us", int(seq as u64)),
-                ("frames", frames(e)),
+                ("frames", frames),
             ])),
         }
     }
@@ -140,7 +135,7 @@ pub fn snapshot(trace: &MemTrace) -> Value {
                     ("size", int(size)),
                     ("requested_size", int(e.bytes)),
                     ("state", Value::str("active_allocated")),
-                    ("frames", frames(e)),
+                    ("frames", frames_of(e)),
                 ]));
                 at = e.offset + size;
                 active += size;
