@@ -163,6 +163,8 @@ const LANES_H: f64 = 360.0;
 const LANE_FLOOR: f64 = 2.5;
 const PAGES_COLUMNS: usize = 3;
 const PAGE_ROW: f64 = 13.0;
+/// The pool's offset alignment (cubecl-cuda's 512 bytes): a slice takes its bytes rounded up.
+const SLICE_ALIGNMENT: u64 = 512;
 /// Steps that get a page view.
 const PAGE_VIEWS: usize = 8;
 /// Pages the page view draws one bar each; the rest are summed up by size.
@@ -185,8 +187,11 @@ impl MemoryView {
             .iter()
             .filter(|b| Self::alive_in(b, window))
             .collect();
-        let initial = self
-            .initial
+        // The step selected first, if it is drawn, and the step whose page view shows when
+        // all steps are selected.
+        let initial_step = self.initial.filter(|s| steps.iter().any(|d| d.step == *s));
+        let shown = initial_step.or(steps.last().map(|s| s.step));
+        let initial = initial_step
             .and_then(|s| steps.iter().find(|d| d.step == s))
             .map_or(window, |d| (d.start, d.end));
         // A run of one step has no overview to draw.
@@ -226,11 +231,11 @@ impl MemoryView {
         svg.push_str("</g><g class=\"hwv-stack\" display=\"none\"></g>");
         svg.push_str(&self.step_marks(&steps, initial, lanes.top));
         svg.push_str(&self.refusal_marks(initial, lanes.top));
-        let (page_steps, notes) = self.page_views(&bands, &steps, &lanes, &id);
+        let (page_steps, notes) = self.page_views(&bands, &steps, shown, &lanes, &id);
         svg.push_str(&page_steps);
         svg.push_str("</svg>");
 
-        let data = self.data(&bands, &steps, cut, &lanes);
+        let data = self.data(&bands, &steps, (initial_step, shown), cut, &lanes);
         let mut html = String::new();
         let _ = write!(
             html,
@@ -244,7 +249,7 @@ impl MemoryView {
             steps.len()
         );
         for s in &steps {
-            let selected = if Some(s.step) == self.initial {
+            let selected = if Some(s.step) == initial_step {
                 " selected"
             } else {
                 ""
@@ -293,7 +298,16 @@ impl MemoryView {
     /// can still take. Slices are laid out at the pool's 512-byte alignment.
     /// Only pages of `page_bytes` when given: the pages a reserve of one size class can use.
     pub fn free_space(&self, at: u64, page_bytes: Option<u64>) -> FreeSpace {
-        let by_page = Self::live_by_page(self.bands.iter(), at);
+        self.free_in(&Self::live_by_page(self.bands.iter(), at), at, page_bytes)
+    }
+
+    /// [`MemoryView::free_space`] from the slices alive at `at`, by page.
+    fn free_in(
+        &self,
+        by_page: &std::collections::HashMap<u32, Vec<&Band>>,
+        at: u64,
+        page_bytes: Option<u64>,
+    ) -> FreeSpace {
         let mut free = FreeSpace::default();
         for p in self
             .pages
@@ -306,7 +320,7 @@ impl MemoryView {
                 let gap = b.offset.saturating_sub(cursor);
                 free.bytes += gap;
                 free.largest_gap = free.largest_gap.max(gap);
-                cursor = cursor.max(b.offset + b.bytes.next_multiple_of(512));
+                cursor = cursor.max(b.offset + b.bytes.next_multiple_of(SLICE_ALIGNMENT));
             }
             let tail = p.bytes.saturating_sub(cursor);
             free.bytes += tail;
@@ -563,14 +577,11 @@ impl MemoryView {
         &self,
         bands: &[&Band],
         steps: &[DetailStep],
+        shown: Option<u64>,
         lanes: &Lanes,
         id: &str,
     ) -> (String, String) {
         let top = lanes.top + LANES_H + 40.0;
-        let shown = self
-            .initial
-            .filter(|s| steps.iter().any(|d| d.step == *s))
-            .or(steps.last().map(|s| s.step));
         let mut out = String::new();
         let mut notes = String::new();
         let col_w = (PLOT_W + LEFT - 20.0) / PAGES_COLUMNS as f64;
@@ -610,10 +621,10 @@ impl MemoryView {
             } else {
                 " display=\"none\""
             };
-            let free = self.free_space(at, None);
+            let free = self.free_in(&live, at, None);
             let refused = self.refusals.iter().find(|r| r.time == at);
             if let Some(r) = refused {
-                let class = self.free_space(at, Some(r.page_bytes));
+                let class = self.free_in(&live, at, Some(r.page_bytes));
                 let _ = write!(
                     notes,
                     "<p class=\"hwv-says\" data-step=\"{}\"{}>In step {}, the refused reserve ({} for {}) could only go to a page of {}: the \
@@ -740,7 +751,7 @@ impl MemoryView {
         }
         let mut changes: Vec<(u64, i64)> = vec![];
         for b in bands {
-            if b.start < s.end && b.end.is_none_or(|e| e > s.start) {
+            if Self::alive_in(b, (s.start, s.end)) {
                 changes.push((b.start.max(s.start), b.bytes as i64));
                 if let Some(e) = b.end.filter(|&e| e < s.end) {
                     changes.push((e, -(b.bytes as i64)));
@@ -763,12 +774,10 @@ impl MemoryView {
         &self,
         bands: &[&Band],
         steps: &[DetailStep],
+        (initial, shown): (Option<u64>, Option<u64>),
         cut: Option<u64>,
         lanes: &Lanes,
     ) -> String {
-        // The step selected first, if drawn, and the step whose page view shows with "all".
-        let initial = self.initial.filter(|s| steps.iter().any(|d| d.step == *s));
-        let shown = initial.or(steps.last().map(|s| s.step));
         // Names repeat from step to step: each (tensor, op) is written once.
         let mut labels: Vec<(&str, &str)> = vec![];
         let mut label_of: std::collections::HashMap<(&str, &str), usize> = Default::default();
