@@ -16,6 +16,15 @@ use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
 /// cubecl-common's version: the cache folder it reads (`cubecl-common/src/cache.rs`).
 const CACHE_VERSION: &str = "0.10.0";
 
+/// Where CubeCL keeps the autotune cache of CUDA device `index` in this process (a GPU's, or a
+/// dry device's: they share the runtime's name).
+pub fn cuda_cache_dir(index: u16) -> PathBuf {
+    let root = CubeClRuntimeConfig::get().autotune.cache.root();
+    root.join("autotune")
+        .join(CACHE_VERSION)
+        .join(format!("device-0-{index}-cuda"))
+}
+
 /// A device's copy of the GPU's autotune cache.
 #[derive(Debug, Clone)]
 pub struct AutotuneCache {
@@ -65,9 +74,11 @@ impl AutotuneCache {
     /// indices repeat across processes, and a stale folder would silently warm a cold device.
     /// `None` when a live process holds that folder (take another index).
     pub fn install(from: Option<&Path>, index: u16) -> Result<Option<Self>, AutotuneError> {
-        let root = CubeClRuntimeConfig::get().autotune.cache.root();
-        let parent = root.join("autotune").join(CACHE_VERSION);
-        let dir = parent.join(format!("device-0-{index}-cuda"));
+        let dir = cuda_cache_dir(index);
+        let parent = dir
+            .parent()
+            .expect("a device folder has a parent")
+            .to_path_buf();
         std::fs::create_dir_all(&parent).map_err(io(&parent))?;
         let lock_path = parent.join(format!("device-0-{index}-cuda.lock"));
         let lock = std::fs::File::options()

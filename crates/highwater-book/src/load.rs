@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use highwater::conform::{DecoderRecord, KnownMiss, RerunRecord, parse_known_misses};
+use highwater::conform::{KnownMiss, NetworkRecord, RerunRecord, parse_known_misses};
 use highwater::{Incident, InputError, Recipe};
 use serde::de::DeserializeOwned;
 
@@ -200,11 +200,11 @@ impl Book {
         self.with_repeats(name)
     }
 
-    /// A decoder's record (`repro/results/NAME.json`) and its repeats, as for reruns.
-    pub fn decoder_with_repeats(
+    /// A network's record (`repro/results/NAME.json`) and its repeats, as for reruns.
+    pub fn network_with_repeats(
         &self,
         name: &str,
-    ) -> Result<(DecoderRecord, Vec<DecoderRecord>), BookError> {
+    ) -> Result<(NetworkRecord, Vec<NetworkRecord>), BookError> {
         self.with_repeats(name)
     }
 

@@ -282,23 +282,28 @@ fn parse_card(s: &str) -> Result<CardArg, String> {
     highwater rerun --recipe repro/recipes/wave-stack.toml --activation situ-tensor \
     --backend fusion --checkpointing balanced --steps 50 --out repro/results\n  \
     highwater rerun --recipe repro/recipes/situ.toml --cap card --steps 100\n  \
-    highwater rerun --decoder repro/models/decoder.toml --backend cube --steps 20\n\n\
+    highwater rerun --model repro/models/decoder.toml --backend cube --steps 20\n  \
+    highwater rerun --model repro/models/resnet.toml --precision bf16 --steps 4\n\n\
     Writes OUT/rerun-<recipe>-<activation>-<backend>-<checkpointing>[-cap<GiB>].json, or \
-    OUT/decoder-<file>-<backend>-<checkpointing>-b<batch>.json; log lines (the command first) \
-    go to stdout.")]
-#[command(group = clap::ArgGroup::new("model").required(true).args(["recipe", "decoder"]))]
+    OUT/<family>-<file>-<backend>-<checkpointing>-b<batch>[-bf16].json; log lines (the command \
+    first) go to stdout.")]
+#[command(group = clap::ArgGroup::new("what").required(true).args(["recipe", "model"]))]
 pub(crate) struct RerunArgs {
     /// Recipe file (TOML).
     #[arg(long, value_name = "PATH")]
     pub recipe: Option<PathBuf>,
-    /// A decoder's recipe (TOML with `[decoder]`), e.g. repro/models/decoder.toml.
-    #[arg(long, value_name = "PATH")]
-    pub decoder: Option<PathBuf>,
-    /// With --decoder: sequences per step [default: the decoder's].
-    #[arg(long, value_name = "N", requires = "decoder", value_parser = clap::value_parser!(u64).range(1..))]
+    /// A network file (TOML with `[decoder]`, `[resnet]`, `[vit]`, `[lstm]` or `[mlp]`), e.g.
+    /// repro/models/decoder.toml.
+    #[arg(long, value_name = "PATH", alias = "decoder")]
+    pub model: Option<PathBuf>,
+    /// With --model: examples per step [default: the file's].
+    #[arg(long, value_name = "N", requires = "model", value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: Option<u64>,
+    /// With --model: the float type [default: the file's].
+    #[arg(long, value_enum, requires = "model")]
+    pub precision: Option<PrecisionArg>,
     /// Activation path [default: the recipe's].
-    #[arg(long, value_enum, conflicts_with = "decoder")]
+    #[arg(long, value_enum, conflicts_with = "model")]
     pub activation: Option<ActivationArg>,
     /// Checkpoint strategy [default: the recipe's].
     #[arg(long, value_enum)]
@@ -357,6 +362,24 @@ impl From<BackendArg> for highwater::Backend {
         match b {
             BackendArg::Cube => highwater::Backend::Cube,
             BackendArg::Fusion => highwater::Backend::Fusion,
+        }
+    }
+}
+
+/// The float types a network trains in.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PrecisionArg {
+    /// 32-bit float.
+    F32,
+    /// bfloat16.
+    Bf16,
+}
+
+impl From<PrecisionArg> for highwater::network::Precision {
+    fn from(p: PrecisionArg) -> Self {
+        match p {
+            PrecisionArg::F32 => highwater::network::Precision::F32,
+            PrecisionArg::Bf16 => highwater::network::Precision::Bf16,
         }
     }
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use highwater::conform::{
-    Compared, Conformance, DecoderRecord, Exactness, KnownDryDifference, KnownMiss, RerunRecord,
+    Compared, Conformance, Exactness, KnownDryDifference, KnownMiss, NetworkRecord, RerunRecord,
     conform as check, parse_known_dry, parse_known_misses,
 };
 
@@ -18,8 +18,10 @@ const KNOWN_MISSES: &str = "conform-known-misses.toml";
 pub(crate) fn conform(a: ConformArgs) -> Result<()> {
     let mut files = records_in(&a.dir, "rerun-")?;
     if a.dry {
-        // Decoders have no simulator to be held to: only the dry run replays them.
-        files.extend(records_in(&a.dir, "decoder-")?);
+        // Networks have no simulator to be held to: only the dry run replays them.
+        for family in highwater::network::FAMILIES {
+            files.extend(records_in(&a.dir, &format!("{family}-"))?);
+        }
     }
     if files.is_empty() {
         bail!("{} holds no rerun-*.json", a.dir.display());
@@ -117,15 +119,16 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             .iter()
             .map(|dir| dir.join(path.file_name().unwrap_or_default()))
             .filter(|repeat| repeat.exists());
-        let is_decoder = path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("decoder-"));
-        let replayed = if is_decoder {
-            let record: DecoderRecord = read_record(path)?;
-            let repeats: Vec<DecoderRecord> =
+        let is_network = path.file_name().is_some_and(|n| {
+            let n = n.to_string_lossy();
+            !n.starts_with("rerun-")
+        });
+        let replayed = if is_network {
+            let record: NetworkRecord = read_record(path)?;
+            let repeats: Vec<NetworkRecord> =
                 repeats.map(|r| read_record(&r)).collect::<Result<_>>()?;
             quietly(|| {
-                situ::dry::replay_decoder(&record, &repeats, card.clone(), Some(&a.autotune))
+                situ::dry::replay_network(&record, &repeats, card.clone(), Some(&a.autotune))
             })
         } else {
             let record: RerunRecord = read_record(path)?;
@@ -250,7 +253,7 @@ fn dry_table(
     )
 }
 
-/// The records in `dir` whose names start with `prefix` (`rerun-`, `decoder-`), sorted.
+/// The records in `dir` whose names start with `prefix` (`rerun-`, `decoder-`, …), sorted.
 fn records_in(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read directory {}", dir.display()))?

@@ -103,8 +103,8 @@ fn capacity(a: &FitArgs, model: &Model, card: &CardProfile) -> Result<u64> {
         (None, _) => return Ok(card.free_at_start),
         (Some(CapArg::Bytes(b)), _) => b,
         (Some(CapArg::RecipeCard), Model::Wave(r)) => r.card.total_bytes - r.card.desktop_bytes,
-        (Some(CapArg::RecipeCard), Model::Decoder(_)) => {
-            bail!("--cap card needs a wave recipe's [card]; give a decoder a byte count")
+        (Some(CapArg::RecipeCard), Model::Network(_)) => {
+            bail!("--cap card needs a wave recipe's [card]; give a network a byte count")
         }
     };
     let context = card.total_bytes - card.free_at_start;

@@ -1,14 +1,14 @@
-//! `highwater rerun` (feature `cuda`): the recipe, or a decoder, on a real GPU, a trainer's log
+//! `highwater rerun` (feature `cuda`): the recipe, or a network, on a real GPU, a trainer's log
 //! on stdout, the record in `--out`.
 
 use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
 use highwater::conform::{DeviceMemory, MeasuredDeath, MeasuredStep};
-use highwater::decoder::Decoder;
+use highwater::network::Network;
 use indicatif::{ProgressBar, ProgressStyle};
 use situ::rerun::{
-    DecoderPlan, Observer, RerunPlan, rerun as run, rerun_decoder as rerun_decoder_on_gpu,
+    NetworkPlan, Observer, RerunPlan, rerun as run, rerun_network as rerun_network_on_gpu,
 };
 
 use highwater::recipe::written_name;
@@ -19,7 +19,7 @@ use crate::table::size;
 
 pub(crate) fn rerun(a: RerunArgs) -> Result<()> {
     let Some(recipe_path) = a.recipe.clone() else {
-        return rerun_decoder(a);
+        return rerun_network(a);
     };
     let (mut recipe, recipe_toml) = read_recipe(&recipe_path)?;
     let cap = a.cap.map(|c| match c {
@@ -71,49 +71,37 @@ pub(crate) fn rerun(a: RerunArgs) -> Result<()> {
     write(&a.out, &record.name(), &record)
 }
 
-/// `rerun --decoder`: the decoder trained on the GPU.
-fn rerun_decoder(a: RerunArgs) -> Result<()> {
-    let path = a.decoder.clone().context("--recipe or --decoder")?;
+/// `rerun --model`: a network trained on the GPU.
+fn rerun_network(a: RerunArgs) -> Result<()> {
+    let path = a.model.clone().context("--recipe or --model")?;
     let origin = path.display().to_string();
     let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read decoder {origin}"))?;
-    let mut decoder = Decoder::parse(&origin, &text)
-        .map_err(|e| anyhow::anyhow!(e).context(format!("invalid decoder {origin}")))?;
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read model {origin}"))?;
+    let mut network = Network::parse(&origin, &text)
+        .map_err(|e| anyhow::anyhow!(e).context(format!("invalid model {origin}")))?;
     if let Some(batch) = a.batch {
-        decoder = decoder.with_batch(batch).map_err(anyhow::Error::msg)?;
+        network = network.with_batch(batch).map_err(anyhow::Error::msg)?;
     }
-    decoder.backend = a.backend.map_or(decoder.backend, Into::into);
-    decoder.checkpointing = a.checkpointing.map_or(decoder.checkpointing, Into::into);
-    decoder.steps = a.steps;
-    decoder.seed = a.seed;
+    network.backend = a.backend.map_or(network.backend, Into::into);
+    network.checkpointing = a.checkpointing.map_or(network.checkpointing, Into::into);
+    network.precision = a.precision.map_or(network.precision, Into::into);
+    network.steps = a.steps;
+    network.seed = a.seed;
     let cap = a.cap.map(|c| match c {
         CapArg::Bytes(b) => Ok(b),
         CapArg::RecipeCard => Err(anyhow::anyhow!(
-            "a decoder has no card of its own: --cap BYTES"
+            "a network has no card of its own: --cap BYTES"
         )),
     });
-    let plan = DecoderPlan {
-        decoder_path: origin,
-        decoder_toml: text,
-        decoder,
+    let plan = NetworkPlan {
+        model_path: origin,
+        model_toml: text,
+        network,
         cap: cap.transpose()?,
         log_every: a.log_every,
     };
     let provenance = provenance();
-    let d = &plan.decoder;
-    println!(
-        "decoder: {} layers, d_model {}, {} heads, d_ff {}, vocab {}, batch {} x seq {} | \
-         checkpointing: {} | backend: {} | optimizer: adam",
-        d.n_layers,
-        d.d_model,
-        d.n_heads,
-        d.d_ff,
-        d.vocab,
-        d.batch,
-        d.seq_len,
-        written_name(&d.checkpointing),
-        written_name(&d.backend),
-    );
+    println!("{}", plan.network.describe());
     let bar = bar(a.steps);
     let mut log = Log {
         bar: &bar,
@@ -121,8 +109,11 @@ fn rerun_decoder(a: RerunArgs) -> Result<()> {
         every: a.log_every,
     };
     let record =
-        rerun_decoder_on_gpu(&plan, provenance, &mut log).context("the rerun could not start")?;
+        rerun_network_on_gpu(&plan, provenance, &mut log).context("the rerun could not start")?;
     bar.finish_and_clear();
+    if !record.tuned.is_empty() {
+        println!("autotuned {} problems during the run", record.tuned.len());
+    }
     write(&a.out, &record.name(), &record)
 }
 

@@ -18,6 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::network::Precision;
 use crate::recipe::{
     Activation, Backend, Checkpointing, Jitter, Recipe, RecipeError, written_name,
 };
@@ -197,20 +198,25 @@ impl RerunRecord {
     }
 }
 
-/// A decoder ([`crate::decoder::Decoder`]) trained on a GPU by `highwater rerun --decoder`.
+/// A network ([`crate::network::Network`]) trained on a GPU by `highwater rerun --model`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DecoderRecord {
+pub struct NetworkRecord {
     /// Where the record came from.
     #[serde(flatten)]
     pub provenance: Provenance,
-    /// The decoder's recipe, as given on the command line.
-    pub decoder_path: String,
+    /// The network's file, as given on the command line.
+    #[serde(alias = "decoder_path")]
+    pub model_path: String,
     /// Its text at the time.
-    pub decoder_toml: String,
+    #[serde(alias = "decoder_toml")]
+    pub model_toml: String,
     /// The backend run (it overrides the file's).
     pub backend: Backend,
     /// The checkpointing run (it overrides the file's).
     pub checkpointing: Checkpointing,
+    /// The float type run (it overrides the file's).
+    #[serde(default)]
+    pub precision: Precision,
     /// The batch run (it overrides the file's).
     pub batch: u64,
     /// Steps asked for.
@@ -223,34 +229,57 @@ pub struct DecoderRecord {
     pub steps: Vec<MeasuredStep>,
     /// How the run ended early, if it did.
     pub died: Option<MeasuredDeath>,
+    /// Problems CubeCL autotuned during the run (absent from its cache when it started), with
+    /// the kernel that won: empty for a warm run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tuned: Vec<TunedProblem>,
 }
 
-impl DecoderRecord {
-    /// `decoder-<file>-<backend>-<checkpointing>-b<batch>`: the file stem.
+/// One problem autotune settled: the tuner, the key as CubeCL wrote it, the winning kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunedProblem {
+    /// The tuner's cache file (`burn_cubecl-kernel-matmul-tune-base`, …).
+    pub tuner: String,
+    /// The problem, as CubeCL wrote its key (JSON).
+    pub key: String,
+    /// The candidate that won.
+    pub kernel: String,
+}
+
+impl NetworkRecord {
+    /// `<family>-<file>-<backend>-<checkpointing>-b<batch>[-<precision>]`: the file stem (a
+    /// decoder's records keep the names they had before the other families came).
     pub fn name(&self) -> String {
-        let stem = std::path::Path::new(&self.decoder_path)
+        let stem = std::path::Path::new(&self.model_path)
             .file_stem()
-            .map_or("decoder".into(), |s| s.to_string_lossy().into_owned());
+            .map_or("model".into(), |s| s.to_string_lossy().into_owned());
+        let family = crate::network::Network::parse(&self.model_path, &self.model_toml)
+            .map_or("network", |n| n.arch.family());
+        let precision = match self.precision {
+            Precision::F32 => String::new(),
+            p => format!("-{}", written_name(&p)),
+        };
         format!(
-            "decoder-{stem}-{}-{}-b{}",
+            "{family}-{stem}-{}-{}-b{}{precision}",
             written_name(&self.backend),
             written_name(&self.checkpointing),
             self.batch
         )
     }
 
-    /// The decoder the run trained, with the run's overrides applied.
-    pub fn decoder(&self) -> Result<crate::decoder::Decoder, RecipeError> {
-        let mut d = crate::decoder::Decoder::parse(&self.decoder_path, &self.decoder_toml)?;
-        d.backend = self.backend;
-        d.checkpointing = self.checkpointing;
-        d.steps = self.steps_asked;
-        d.seed = self.seed;
-        d.with_batch(self.batch)
+    /// The network the run trained, with the run's overrides applied.
+    pub fn network(&self) -> Result<crate::network::Network, RecipeError> {
+        let mut n = crate::network::Network::parse(&self.model_path, &self.model_toml)?;
+        n.backend = self.backend;
+        n.checkpointing = self.checkpointing;
+        n.precision = self.precision;
+        n.steps = self.steps_asked;
+        n.seed = self.seed;
+        n.with_batch(self.batch)
             .map_err(|reason| RecipeError::Invalid {
-                origin: self.decoder_path.clone(),
+                origin: self.model_path.clone(),
                 line: 1,
-                field: "decoder.batch",
+                field: "batch",
                 reason,
             })
     }
@@ -278,9 +307,9 @@ impl Recorded for RerunRecord {
     }
 }
 
-impl Recorded for DecoderRecord {
+impl Recorded for NetworkRecord {
     fn name(&self) -> String {
-        DecoderRecord::name(self)
+        NetworkRecord::name(self)
     }
     fn steps(&self) -> &[MeasuredStep] {
         &self.steps

@@ -2,12 +2,12 @@
 //!
 //! recipe → ledger (per-call ops, burn's retention rules) → trace (a whole step as pool events)
 //! → pool (CubeCL's own `MemoryManagement`) → run (steps, seeds, the step it dies); conform holds
-//! the simulator to runs recorded on a GPU; decoder is a transformer's recipe, which only burn's
+//! the simulator to runs recorded on a GPU; network is a model file (a decoder, a ResNet, a ViT,
+//! an LSTM, an MLP), which only burn's
 //! own code (the dry run, the GPU) trains. limits bounds what a recipe or a command may ask.
 //! forensics reads trainer logs; incident is what the incident's logs said, as data.
 
 pub mod conform;
-pub mod decoder;
 pub mod ffn;
 pub mod forensics;
 pub mod incident;
@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod limits;
 pub mod memtrace;
 pub mod memviz;
+pub mod network;
 pub mod pickle;
 pub mod pool;
 pub mod recipe;

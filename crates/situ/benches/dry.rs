@@ -12,7 +12,7 @@ use std::time::Instant;
 use dryrun::{CardProfile, OnRefusal};
 use highwater::Recipe;
 use highwater::recipe::{Activation, Backend, Checkpointing};
-use situ::dry::{DryPlan, dry_decoder, dry_run, largest_batch};
+use situ::dry::{DryPlan, dry_network, dry_run, largest_batch};
 
 fn main() {
     // Runs that die (the batch search's) panic on the device's threads (cubecl's `DSD-*`,
@@ -79,14 +79,14 @@ fn main() {
 
 fn decoder(root: &Path, h200: &Arc<CardProfile>, autotune: &Path) {
     let text = std::fs::read_to_string(root.join("repro/models/decoder.toml")).unwrap();
-    let base = highwater::decoder::Decoder::parse("decoder.toml", &text).unwrap();
+    let base = highwater::network::Network::parse("decoder.toml", &text).unwrap();
     println!(
         "the decoder (batch {}): one dry step (median of steps 3..=20), and the largest-batch search on 16 GiB",
         base.batch
     );
     let sixteen = Arc::new(h200.with_memory(16 << 30));
     for backend in [Backend::Cube, Backend::Fusion] {
-        let d = highwater::decoder::Decoder {
+        let d = highwater::network::Network {
             backend,
             ..base.clone()
         };
@@ -97,7 +97,7 @@ fn decoder(root: &Path, h200: &Arc<CardProfile>, autotune: &Path) {
             on_refusal: OnRefusal::Refuse,
             log_every: 5,
         };
-        let out = dry_decoder(&d, &plan, h200.clone(), Some(autotune)).unwrap();
+        let out = dry_network(&d, &plan, h200.clone(), Some(autotune)).unwrap();
         let mut ms: Vec<f64> = out.steps.iter().skip(2).map(|s| s.step_ms).collect();
         ms.sort_by(f64::total_cmp);
         let plan = DryPlan {
@@ -107,7 +107,7 @@ fn decoder(root: &Path, h200: &Arc<CardProfile>, autotune: &Path) {
         };
         let t = Instant::now();
         let search = largest_batch(1 << 20, |b| {
-            dry_decoder(
+            dry_network(
                 &d.with_batch(b).unwrap(),
                 &plan,
                 sixteen.clone(),

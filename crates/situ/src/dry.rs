@@ -1,9 +1,9 @@
 //! Training steps on the dry runtime: the same [`Trainer`] that `highwater rerun` runs on
 //! burn-cuda, over `dryrun::DryRuntime`, so that every byte the pool holds is decided by burn's
 //! and CubeCL's own code and no GPU is needed. [`dry_train`] takes any [`TrainingStep`] a
-//! closure builds; [`dry_run`] (a wave recipe) and [`dry_decoder`] are built on it, [`Model`]
+//! closure builds; [`dry_run`] (a wave recipe) and [`dry_network`] are built on it, [`Model`]
 //! reads either from its file, [`largest_batch`] searches the batch a card allows, and
-//! [`replay`] / [`replay_decoder`] hold a GPU record to its dry replay.
+//! [`replay`] / [`replay_network`] hold a GPU record to its dry replay.
 //!
 //! A page the card could not hold is recorded, then refused as the card would refuse it (what
 //! follows — cubecl's server panicking on its thread, burn going on or failing — is what follows
@@ -21,7 +21,7 @@ use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
 use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, OnRefusal, OutOfMemory, Tuned};
 use highwater::conform::{
-    DecoderRecord, Exactness, MeasuredDeath, MeasuredStep, RerunRecord, exactness,
+    Exactness, MeasuredDeath, MeasuredStep, NetworkRecord, RerunRecord, exactness,
 };
 use highwater::pool::PoolUsage;
 use highwater::recipe::{Backend, Checkpointing, Recipe};
@@ -29,7 +29,7 @@ use highwater::run::{Failure, RunReport};
 use highwater::trace::Phase;
 
 use crate::SOFT_CAP;
-use crate::decoder::DecoderStep;
+use crate::network::{WithStep, with_step};
 use crate::train::{
     PoolProbe, TrainBackend, Trainer, TrainingStep, WaveStep, client_usage, panic_message,
 };
@@ -38,6 +38,10 @@ use crate::train::{
 pub type DryCube = CubeBackend<DryRuntime, f32, i32, u8>;
 /// burn-cuda's default arrangement, `Fusion` over the same, on the dry runtime.
 pub type DryFusion = Fusion<DryCube>;
+/// [`DryCube`] in bfloat16.
+pub type DryCubeBf16 = CubeBackend<DryRuntime, burn::tensor::bf16, i32, u8>;
+/// [`DryFusion`] in bfloat16.
+pub type DryFusionBf16 = Fusion<DryCubeBf16>;
 
 /// The dry device's pool now (buffers and bytes in use, bytes reserved), once what is queued has
 /// run: for measuring a program of one's own between two points.
@@ -155,48 +159,69 @@ pub fn dry_run(
     run(recipe, plan, card, autotune)
 }
 
-/// Trains `decoder` (its batch, backend and checkpointing) on a new dry device of `card`.
-pub fn dry_decoder(
-    decoder: &highwater::decoder::Decoder,
+/// Trains `network` (its batch, backend, checkpointing and precision) on a new dry device of
+/// `card`.
+pub fn dry_network(
+    network: &highwater::network::Network,
     plan: &DryPlan,
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<DryOutcome, AutotuneError> {
+    struct Dry<'a> {
+        plan: &'a DryPlan,
+        card: Arc<CardProfile>,
+        autotune: Option<&'a Path>,
+    }
+    impl<B: AutodiffBackend<Device = DryDevice>> WithStep<B> for Dry<'_> {
+        type Output = Result<DryOutcome, AutotuneError>;
+        fn train<S: crate::train::TrainingStep<B>>(
+            self,
+            build: impl FnOnce(&DryDevice) -> S,
+        ) -> Self::Output {
+            dry_train::<B, _>(self.plan, self.card, self.autotune, build)
+        }
+    }
     fn train<B: AutodiffBackend<Device = DryDevice>>(
-        decoder: &highwater::decoder::Decoder,
+        network: &highwater::network::Network,
         plan: &DryPlan,
         card: Arc<CardProfile>,
         autotune: Option<&Path>,
     ) -> Result<DryOutcome, AutotuneError> {
-        dry_train::<B, _>(plan, card, autotune, |device| {
-            DecoderStep::new(decoder, device)
-        })
+        with_step::<B, _>(
+            network,
+            Dry {
+                plan,
+                card,
+                autotune,
+            },
+        )
     }
-    let run = on_backend!(
-        decoder.backend,
-        decoder.checkpointing,
-        DryCube,
-        DryFusion,
+    let run = on_precision!(
+        network.precision,
+        network.backend,
+        network.checkpointing,
+        (DryCube, DryFusion),
+        (DryCubeBf16, DryFusionBf16),
         train
     );
-    run(decoder, plan, card, autotune)
+    run(network, plan, card, autotune)
 }
 
-/// A model the dry run trains from its recipe file: a decoder, or the wave's expert stack.
+/// A model the dry run trains from its file: a network, or the wave's expert stack.
 #[derive(Debug, Clone)]
 pub enum Model {
-    /// A decoder-only transformer (`repro/models/*.toml`).
-    Decoder(highwater::decoder::Decoder),
+    /// A network of one of the common families (`repro/models/*.toml`).
+    Network(highwater::network::Network),
     /// The wave's expert stack and the rest of its model (`repro/recipes/*.toml`).
     Wave(Recipe),
 }
 
 impl Model {
-    /// Reads a recipe file's text: a decoder when it has a `[decoder]` table, else a wave
-    /// recipe.
+    /// Reads a file's text: a network when it has an architecture table (`[decoder]`,
+    /// `[resnet]`, …), else a wave recipe.
     pub fn parse(origin: &str, text: &str) -> Result<Model, highwater::RecipeError> {
-        if highwater::decoder::is_decoder(text) {
-            highwater::decoder::Decoder::parse(origin, text).map(Model::Decoder)
+        if highwater::network::is_network(text) {
+            highwater::network::Network::parse(origin, text).map(Model::Network)
         } else {
             Recipe::parse(origin, text).map(Model::Wave)
         }
@@ -205,7 +230,7 @@ impl Model {
     /// Sequences per step.
     pub fn batch(&self) -> u64 {
         match self {
-            Model::Decoder(d) => d.batch,
+            Model::Network(n) => n.batch,
             Model::Wave(r) => r.batch,
         }
     }
@@ -213,7 +238,7 @@ impl Model {
     /// The same model with another batch, or why not.
     pub fn with_batch(&self, batch: u64) -> Result<Model, String> {
         match self {
-            Model::Decoder(d) => d.with_batch(batch).map(Model::Decoder),
+            Model::Network(n) => n.with_batch(batch).map(Model::Network),
             Model::Wave(r) => r.with_batch(batch).map(Model::Wave),
         }
     }
@@ -221,7 +246,7 @@ impl Model {
     /// The backend and checkpointing its file names.
     pub fn backend(&self) -> (Backend, Checkpointing) {
         match self {
-            Model::Decoder(d) => (d.backend, d.checkpointing),
+            Model::Network(n) => (n.backend, n.checkpointing),
             Model::Wave(r) => (r.backend, r.checkpointing),
         }
     }
@@ -229,10 +254,10 @@ impl Model {
     /// The same model on another backend and checkpointing.
     pub fn with_backend(&self, backend: Backend, checkpointing: Checkpointing) -> Model {
         match self {
-            Model::Decoder(d) => Model::Decoder(highwater::decoder::Decoder {
+            Model::Network(n) => Model::Network(highwater::network::Network {
                 backend,
                 checkpointing,
-                ..d.clone()
+                ..n.clone()
             }),
             Model::Wave(r) => {
                 let mut r = r.with(r.activation, checkpointing);
@@ -250,7 +275,7 @@ impl Model {
         autotune: Option<&Path>,
     ) -> Result<DryOutcome, AutotuneError> {
         match self {
-            Model::Decoder(d) => dry_decoder(d, plan, card, autotune),
+            Model::Network(n) => dry_network(n, plan, card, autotune),
             Model::Wave(r) => dry_run(r, plan, card, autotune),
         }
     }
@@ -566,10 +591,10 @@ fn same_card(
     }
 }
 
-/// [`replay`] for a decoder recorded by `highwater rerun --decoder`.
-pub fn replay_decoder(
-    record: &DecoderRecord,
-    repeats: &[DecoderRecord],
+/// [`replay`] for a network recorded by `highwater rerun --model`.
+pub fn replay_network(
+    record: &NetworkRecord,
+    repeats: &[NetworkRecord],
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<(DryOutcome, Exactness), ReplayError> {
@@ -580,7 +605,7 @@ pub fn replay_decoder(
         record.seed,
         &record.device,
     );
-    let outcome = dry_decoder(&record.decoder()?, &plan, card, autotune)?;
+    let outcome = dry_network(&record.network()?, &plan, card, autotune)?;
     let exactness = exactness(record, repeats, &outcome.steps, outcome.died.as_ref());
     Ok((outcome, exactness))
 }

@@ -25,7 +25,7 @@
 
 /// The training function `$run::<B>` for the burn backend a recipe names: `$cube` (a runtime's
 /// `CubeBackend`) or `$fused` (`Fusion` over it), under `Autodiff` with the checkpoint strategy
-/// named. One match for the GPU rerun and the dry run, the wave and the decoder.
+/// named. One match for the GPU rerun and the dry run, the wave and the networks.
 #[cfg(feature = "dry")]
 macro_rules! on_backend {
     ($backend:expr, $checkpointing:expr, $cube:ty, $fused:ty, $run:ident) => {{
@@ -47,11 +47,28 @@ macro_rules! on_backend {
     }};
 }
 
+/// [`on_backend!`] for a float precision too: `$f32` and `$bf16` are each a `($cube, $fused)`
+/// pair of backend types.
+#[cfg(feature = "dry")]
+macro_rules! on_precision {
+    ($precision:expr, $backend:expr, $checkpointing:expr, ($cube32:ty, $fused32:ty),
+     ($cube16:ty, $fused16:ty), $run:ident) => {{
+        match $precision {
+            highwater::network::Precision::F32 => {
+                on_backend!($backend, $checkpointing, $cube32, $fused32, $run)
+            }
+            highwater::network::Precision::Bf16 => {
+                on_backend!($backend, $checkpointing, $cube16, $fused16, $run)
+            }
+        }
+    }};
+}
+
 pub mod counters;
-pub mod decoder;
 mod expert;
 mod fused;
 pub mod gate;
+pub mod network;
 pub mod reference;
 mod tensor_path;
 pub mod train;

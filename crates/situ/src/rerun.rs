@@ -13,15 +13,17 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use highwater::conform::{DecoderRecord, DeviceMemory, MeasuredDeath, MeasuredStep, RerunRecord};
+use highwater::conform::{
+    DeviceMemory, MeasuredDeath, MeasuredStep, NetworkRecord, RerunRecord, TunedProblem,
+};
 use highwater::pool::PoolUsage;
 use highwater::recipe::Recipe;
 use highwater::trace::Phase;
 
 use crate::SOFT_CAP;
 use crate::counters::SituCounts;
-use crate::decoder::DecoderStep;
 use crate::gpu::{Cube, CudaDevice, CudaRuntime};
+use crate::network::{WithStep, with_step};
 use crate::train::{
     PoolProbe, TrainBackend, Trainer, TrainingStep, WaveStep, client_usage, panic_message,
     payload_text,
@@ -29,6 +31,10 @@ use crate::train::{
 
 /// burn-cuda's default backend: `Fusion<CubeBackend<CudaRuntime, f32, i32, u8>>`.
 pub type Fused = burn_cuda::Cuda<f32, i32>;
+/// [`Cube`] in bfloat16.
+pub type CubeBf16 = burn_cubecl::CubeBackend<CudaRuntime, burn::tensor::bf16, i32, u8>;
+/// [`Fused`] in bfloat16.
+pub type FusedBf16 = burn_cuda::Cuda<burn::tensor::bf16, i32>;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -119,57 +125,93 @@ pub fn rerun(
     })
 }
 
-/// A decoder to train on the GPU.
+/// A network to train on the GPU.
 #[derive(Debug, Clone)]
-pub struct DecoderPlan {
+pub struct NetworkPlan {
     /// As given on the command line.
-    pub decoder_path: String,
+    pub model_path: String,
     /// The file's text.
-    pub decoder_toml: String,
-    /// Parsed, overrides applied (batch, backend, checkpointing, steps, seed).
-    pub decoder: highwater::decoder::Decoder,
+    pub model_toml: String,
+    /// Parsed, overrides applied (batch, backend, checkpointing, precision, steps, seed).
+    pub network: highwater::network::Network,
     /// Emulate a card that leaves the process this many bytes.
     pub cap: Option<u64>,
     /// Read the loss back every this many steps (a trainer's log line).
     pub log_every: u64,
 }
 
-/// Trains `plan`'s decoder on GPU 0 and returns its record, headed by `provenance`.
-pub fn rerun_decoder(
-    plan: &DecoderPlan,
+/// Trains `plan`'s network on GPU 0 and returns its record, headed by `provenance`, with the
+/// problems CubeCL autotuned during the run (read from its cache folder before and after).
+pub fn rerun_network(
+    plan: &NetworkPlan,
     provenance: highwater::conform::Provenance,
     observer: &mut dyn Observer,
-) -> Result<DecoderRecord, RerunError> {
-    let d = &plan.decoder;
+) -> Result<NetworkRecord, RerunError> {
+    let n = &plan.network;
+    struct Gpu<'a> {
+        run: Run,
+        observer: &'a mut dyn Observer,
+    }
+    impl<B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>> WithStep<B> for Gpu<'_> {
+        type Output = Result<Outcome, RerunError>;
+        fn train<S: TrainingStep<B>>(self, build: impl FnOnce(&CudaDevice) -> S) -> Self::Output {
+            run_on::<B, _>(&self.run, self.observer, build)
+        }
+    }
     fn train<B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>>(
-        plan: &DecoderPlan,
+        plan: &NetworkPlan,
         observer: &mut dyn Observer,
     ) -> Result<Outcome, RerunError> {
         let run = Run {
             cap: plan.cap,
-            steps: plan.decoder.steps,
-            seed: plan.decoder.seed,
+            steps: plan.network.steps,
+            seed: plan.network.seed,
             log_every: plan.log_every,
         };
-        run_on::<B, _>(&run, observer, |device| {
-            DecoderStep::new(&plan.decoder, device)
-        })
+        with_step::<B, _>(&plan.network, Gpu { run, observer })
     }
-    let run = on_backend!(d.backend, d.checkpointing, Cube, Fused, train);
+    let run = on_precision!(
+        n.precision,
+        n.backend,
+        n.checkpointing,
+        (Cube, Fused),
+        (CubeBf16, FusedBf16),
+        train
+    );
+    let before = tuned_so_far();
     let (device, steps, died) = run(plan, observer)?;
-    Ok(DecoderRecord {
+    let tuned = tuned_so_far()
+        .into_iter()
+        .filter(|t| !before.contains(t))
+        .collect();
+    Ok(NetworkRecord {
         provenance,
-        decoder_path: plan.decoder_path.clone(),
-        decoder_toml: plan.decoder_toml.clone(),
-        backend: d.backend,
-        checkpointing: d.checkpointing,
-        batch: d.batch,
-        steps_asked: d.steps,
-        seed: d.seed,
+        model_path: plan.model_path.clone(),
+        model_toml: plan.model_toml.clone(),
+        backend: n.backend,
+        checkpointing: n.checkpointing,
+        precision: n.precision,
+        batch: n.batch,
+        steps_asked: n.steps,
+        seed: n.seed,
         device,
         steps,
         died,
+        tuned,
     })
+}
+
+/// Every problem in CubeCL's autotune cache for GPU 0 now (none when it has no folder yet).
+fn tuned_so_far() -> Vec<TunedProblem> {
+    dryrun::AutotuneCache::read(&dryrun::autotune::cuda_cache_dir(0))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| TunedProblem {
+            tuner: t.tuner,
+            key: t.key,
+            kernel: t.kernel,
+        })
+        .collect()
 }
 
 type Outcome = (DeviceMemory, Vec<MeasuredStep>, Option<MeasuredDeath>);

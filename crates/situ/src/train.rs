@@ -3,7 +3,7 @@
 //!
 //! [`Trainer`] runs any [`TrainingStep`] (forward, backward, optimizer) and reads the pool after
 //! each phase. [`WaveStep`] is the recipe's step, the one `highwater::trace` models, part for
-//! part, so that the simulator can be held to it (`crate::decoder` has another, modelled by
+//! part, so that the simulator can be held to it (`crate::network` has others, modelled by
 //! nobody):
 //! - **weights**: every expert's `gate_up` and `down`, plus the rest of the model's parameters
 //!   as one tensor and its persistent buffers (`[rest_of_model]`), created under burn's
@@ -140,6 +140,10 @@ pub trait TrainingStep<B: AutodiffBackend> {
     /// `step`; whether it did anything (the device is then synchronized and the pool read again).
     fn between_steps(&mut self, _step: u64) -> bool {
         false
+    }
+    /// The parameters the model trains, as burn counts them, where the step knows its model.
+    fn parameters(&self) -> Option<usize> {
+        None
     }
     /// Whether the device is synchronized after every phase, or only at the end of the step.
     fn sync_mode(&self) -> SyncMode {

@@ -1,10 +1,10 @@
 //! The simulator's inputs, mutated from the project's own: recipes (`repro/recipes`, the test
-//! fixtures) and the decoder model (`repro/models`). Each parses to something that runs — a
-//! recipe simulates a step, a decoder prices its tensors — or is refused with its file, line
+//! fixtures) and the network models (`repro/models`). Each parses to something that runs — a
+//! recipe simulates a step, a network prices its tensors — or is refused with its file, line
 //! and a bounded reason; never a panic, an abort or a hang. `FUZZ_SECONDS` / `FUZZ_CASES` set
 //! the budget (see `snapshots::fuzz`).
 
-use highwater::decoder::Decoder;
+use highwater::network::Network;
 use highwater::{Recipe, RecipeError, simulate};
 use snapshots::fuzz::{self, Budget, Verdict};
 use std::path::Path;
@@ -68,10 +68,14 @@ fn fuzz_recipes() {
 }
 
 #[test]
-fn fuzz_decoder_models() {
+fn fuzz_network_models() {
     let seeds = files("../../repro/models", "toml");
-    let tally = fuzz::run("decoders", &seeds, Budget::from_env(300), |bytes| {
-        check_toml(bytes, Decoder::parse, |_| {})
+    let tally = fuzz::run("networks", &seeds, Budget::from_env(300), |bytes| {
+        check_toml(bytes, Network::parse, |n| {
+            // What `with_batch` accepts is priced within the limits: no overflow downstream.
+            let _ = n.arch.params();
+            let _ = n.with_batch(n.batch.saturating_mul(2));
+        })
     });
     tally.assert_no_panics();
 }
