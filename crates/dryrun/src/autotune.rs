@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
 
+use crate::atlas::Entry;
+
 /// cubecl-common's version: the cache folder it reads (`cubecl-common/src/cache.rs`).
 const CACHE_VERSION: &str = "0.10.0";
 
@@ -48,17 +50,6 @@ pub enum AutotuneError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// One problem autotune settled, as a cache line records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tuned {
-    /// The tuner's file (`burn_cubecl-kernel-matmul-tune-base`, …).
-    pub tuner: String,
-    /// The problem, as CubeCL wrote its key.
-    pub key: String,
-    /// The candidate that won (`matmul_specialized_tma_mma`, …).
-    pub kernel: String,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AutotuneError + '_ {
@@ -109,8 +100,8 @@ impl AutotuneCache {
     }
 
     /// Problems tuned on the dry device so far (not in the GPU's cache, or every one when none
-    /// was installed), in file order.
-    pub fn misses(&self) -> Vec<Tuned> {
+    /// was installed), in file order, each with every candidate's result.
+    pub fn misses(&self) -> Vec<Entry> {
         let Ok(files) = cache_files(&self.dir) else {
             return Vec::new();
         };
@@ -121,22 +112,24 @@ impl AutotuneCache {
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map_or(0, |(_, count)| *count);
-            misses.extend(entries(&text).skip(before).map(|line| tuned(&name, line)));
+            let tuner = name.trim_end_matches(".json.log");
+            misses.extend(
+                entries(&text)
+                    .skip(before)
+                    .filter_map(|line| Entry::parse(tuner, line)),
+            );
         }
         misses
     }
 
     /// Every problem a cache folder (a GPU's, or a dry device's) records, in file order.
-    pub fn read(dir: &Path) -> Result<Vec<Tuned>, AutotuneError> {
-        Ok(cache_files(dir)?
-            .iter()
-            .flat_map(|(name, text)| entries(text).map(|line| tuned(name, line)))
-            .collect())
+    pub fn read(dir: &Path) -> Result<Vec<Entry>, AutotuneError> {
+        Ok(crate::Atlas::read(dir)?.entries)
     }
 }
 
 /// The folder's cache files, by name, with their text.
-fn cache_files(dir: &Path) -> Result<Vec<(String, String)>, AutotuneError> {
+pub(crate) fn cache_files(dir: &Path) -> Result<Vec<(String, String)>, AutotuneError> {
     let mut files = Vec::new();
     for file in std::fs::read_dir(dir).map_err(io(dir))? {
         let path = file.map_err(io(dir))?.path();
@@ -153,51 +146,11 @@ fn entries(text: &str) -> impl Iterator<Item = &str> {
     text.lines().filter(|l| !l.trim().is_empty())
 }
 
-/// One cache line (`{"key":{"key":…,"checksum":…},"value":{"fastest_index":…,"results":…}}`).
-/// An unreadable line keeps its text as the key, so it is still reported.
-fn tuned(file: &str, line: &str) -> Tuned {
-    let v = serde_json::from_str::<serde_json::Value>(line).unwrap_or_default();
-    let key = v
-        .pointer("/key/key")
-        .map_or_else(|| line.to_string(), |k| k.to_string());
-    let value = &v["value"];
-    let kernel = value["fastest_index"]
-        .as_u64()
-        .and_then(|i| {
-            value["results"].as_array()?.iter().find_map(|r| {
-                let ok = &r["outcome"]["Ok"];
-                (ok["index"].as_u64() == Some(i)).then(|| ok["name"].as_str())?
-            })
-        })
-        .unwrap_or("?")
-        .to_string();
-    Tuned {
-        tuner: file.trim_end_matches(".json.log").to_string(),
-        key,
-        kernel,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const LINE: &str = r#"{"key":{"key":{"m":64},"checksum":"c"},"value":{"fastest_index":2,"results":[{"outcome":{"Ok":{"name":"slow","index":1}}},{"outcome":{"Ok":{"name":"fast","index":2}}}]}}"#;
-
-    #[test]
-    fn a_line_names_its_problem_and_the_kernel_that_won() {
-        let t = tuned("matmul.json.log", LINE);
-        assert_eq!(
-            (t.tuner.as_str(), t.key.as_str()),
-            ("matmul", r#"{"m":64}"#)
-        );
-        assert_eq!(t.kernel, "fast");
-        let broken = tuned("matmul.json.log", "{not json");
-        assert_eq!(
-            (broken.key.as_str(), broken.kernel.as_str()),
-            ("{not json", "?")
-        );
-    }
+    const LINE: &str = r#"{"key":{"key":{"m":64},"checksum":"c"},"value":{"fastest_index":2,"results":[{"outcome":{"Ok":{"name":"slow","index":1,"computation":{"median":{"secs":0,"nanos":9}}}}},{"outcome":{"Ok":{"name":"fast","index":2,"computation":{"median":{"secs":0,"nanos":3}}}}}]}}"#;
 
     #[test]
     fn a_device_without_a_cache_starts_cold_whatever_an_earlier_process_left() {

@@ -13,14 +13,16 @@
 //! reads return zeros: a program whose control flow or shapes depend on tensor values
 //! (`nonzero`, `argwhere`, early stopping on a loss) takes the zero branch.
 
+pub mod atlas;
 pub mod autotune;
 pub mod card;
 pub mod memory;
 mod runtime;
 mod server;
 
-pub use autotune::{AutotuneCache, AutotuneError, Tuned};
+pub use atlas::{Atlas, Entry, Prediction};
+pub use autotune::{AutotuneCache, AutotuneError};
 pub use card::{CardError, CardProfile};
 pub use memory::{DeviceMemory, OnRefusal, OutOfMemory};
 pub use runtime::{DryDevice, DryRuntime};
-pub use server::DryServer;
+pub use server::{DryServer, TieBreak};

@@ -57,6 +57,8 @@ struct Books {
     peak_in_use: u64,
     /// The reservation being served, for the event if its page is refused.
     requesting: u64,
+    /// Every byte ever reserved, summed: what a stretch of work asked of the pools.
+    requested_total: u64,
     refused: Vec<OutOfMemory>,
 }
 
@@ -78,6 +80,7 @@ impl DeviceMemory {
             pages: 0,
             peak_in_use: 0,
             requesting: 0,
+            requested_total: 0,
             refused: Vec::new(),
         })))
     }
@@ -129,7 +132,14 @@ impl DeviceMemory {
     }
 
     pub(crate) fn requesting(&self, size: u64) {
-        self.books().requesting = size;
+        let mut books = self.books();
+        books.requesting = size;
+        books.requested_total += size;
+    }
+
+    /// Every byte reserved so far, summed (frees do not subtract).
+    pub(crate) fn requested_total(&self) -> u64 {
+        self.books().requested_total
     }
 }
 

@@ -19,10 +19,11 @@ use cubecl_runtime::server::{ComputeServer, ServerUtilities};
 use cubecl_zspace::striding::has_pitched_row_major_strides;
 use cubecl_zspace::{Shape, Strides};
 
-use crate::autotune::{AutotuneCache, AutotuneError, Tuned};
+use crate::atlas::Entry;
+use crate::autotune::{AutotuneCache, AutotuneError};
 use crate::card::{CUDA_ALIGNMENT, CardProfile};
 use crate::memory::{DeviceMemory, OnRefusal};
-use crate::server::{CudaCompiler, DryServer};
+use crate::server::{CudaCompiler, DryServer, TieBreak};
 
 /// A CubeCL runtime that allocates like cubecl-cuda 0.10 and never computes.
 #[derive(Debug, Clone)]
@@ -41,12 +42,14 @@ impl std::fmt::Debug for DryDevice {
     }
 }
 
-/// What a device is: its card, the memory its pools share, its copy of the autotune cache.
+/// What a device is: its card, the memory its pools share, its copy of the autotune cache and
+/// how it settles a problem that cache lacks.
 #[derive(Debug, Clone)]
 struct Registered {
     card: Arc<CardProfile>,
     memory: DeviceMemory,
     autotune: AutotuneCache,
+    tie_break: TieBreak,
 }
 
 fn table() -> MutexGuard<'static, HashMap<u16, Registered>> {
@@ -58,12 +61,14 @@ impl DryDevice {
     /// A new device on `card` whose pools may take `capacity` bytes (the card's free memory,
     /// or less to emulate a smaller one), pages beyond it refused or granted, tuned from the
     /// GPU's autotune cache in `autotune` (a `device-0-0-cuda` folder) or, given none, from an
-    /// empty one. Each call is a new device, with its own server.
+    /// empty one. Each call is a new device, with its own server. A problem the cache lacks is
+    /// tuned on the device and settled by `tie_break`.
     pub fn new(
         card: Arc<CardProfile>,
         capacity: u64,
         on_refusal: OnRefusal,
         autotune: Option<&Path>,
+        tie_break: TieBreak,
     ) -> Result<Self, AutotuneError> {
         let memory = DeviceMemory::new(capacity, on_refusal);
         let mut table = table();
@@ -82,6 +87,7 @@ impl DryDevice {
                 card,
                 memory,
                 autotune,
+                tie_break,
             },
         );
         Ok(DryDevice { index })
@@ -89,7 +95,7 @@ impl DryDevice {
 
     /// Problems autotuned on this device because the GPU's cache did not have them (all of them
     /// when it was given none).
-    pub fn autotune_misses(&self) -> Vec<Tuned> {
+    pub fn autotune_misses(&self) -> Vec<Entry> {
         self.registered().autotune.misses()
     }
 
@@ -124,7 +130,12 @@ impl burn_backend::DeviceOps for DryDevice {}
 
 impl DeviceService for DryServer {
     fn init(id: DeviceId) -> Self {
-        let Registered { card, memory, .. } = DryDevice::from_id(id).registered();
+        let Registered {
+            card,
+            memory,
+            tie_break,
+            ..
+        } = DryDevice::from_id(id).registered();
         let properties = card.device_properties();
         let utilities = ServerUtilities::new(
             properties,
@@ -132,7 +143,7 @@ impl DeviceService for DryServer {
             (),
             PitchedMemoryLayoutPolicy::new(CUDA_ALIGNMENT as usize),
         );
-        DryServer::new(utilities, memory, card.grid_constants())
+        DryServer::new(utilities, memory, card.grid_constants(), tie_break)
     }
 
     fn utilities(&self) -> ServerUtilitiesHandle {

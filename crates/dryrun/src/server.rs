@@ -107,6 +107,51 @@ pub struct DryServer {
     timestamps: TimestampProfiler,
     /// Launches pass static metadata as a grid constant (sm ≥ 70).
     grid_constants: bool,
+    /// What an autotune candidate's time is, nothing having run.
+    tie_break: TieBreak,
+    /// Bytes reserved on the device when the running profile started.
+    profile_start: u64,
+}
+
+/// How the dry device settles a problem it has to autotune (one its copy of the GPU's cache
+/// lacks). Nothing runs, so a candidate's time is a policy; the tuner keeps the candidate with the
+/// least.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TieBreak {
+    /// Every candidate takes no time: the tuner keeps the first that launched.
+    #[default]
+    First,
+    /// A candidate takes a nanosecond per byte it reserves (its output, workspace and launch
+    /// metadata): the tuner keeps the leanest, and the cache line it writes records every
+    /// candidate's bytes as its time.
+    LeastMemory,
+    /// The same cost reversed (2⁴⁰ ns less a nanosecond per byte): the tuner keeps the
+    /// hungriest.
+    MostMemory,
+}
+
+impl TieBreak {
+    /// Above any candidate's bytes (a terabyte), so that [`TieBreak::MostMemory`] stays positive.
+    const CEILING: u64 = 1 << 40;
+
+    /// The time, in nanoseconds, of a candidate that reserved `bytes`.
+    fn nanos(self, bytes: u64) -> u64 {
+        match self {
+            TieBreak::First => 0,
+            TieBreak::LeastMemory => bytes,
+            TieBreak::MostMemory => Self::CEILING - bytes.min(Self::CEILING - 1),
+        }
+    }
+
+    /// The bytes a candidate reserved, from the time a [`TieBreak::LeastMemory`] or
+    /// [`TieBreak::MostMemory`] device wrote for it.
+    pub fn bytes(self, nanos: u64) -> Option<u64> {
+        match self {
+            TieBreak::First => None,
+            TieBreak::LeastMemory => Some(nanos),
+            TieBreak::MostMemory => Some(Self::CEILING.saturating_sub(nanos)),
+        }
+    }
 }
 
 impl DryServer {
@@ -114,6 +159,7 @@ impl DryServer {
         utilities: ServerUtilities<Self>,
         device_memory: DeviceMemory,
         grid_constants: bool,
+        tie_break: TieBreak,
     ) -> Self {
         let max_streams = CubeClRuntimeConfig::get().streaming.max_streams;
         let logger = utilities.logger.clone();
@@ -128,6 +174,8 @@ impl DryServer {
             device_memory,
             timestamps: TimestampProfiler::default(),
             grid_constants,
+            tie_break,
+            profile_start: 0,
         }
     }
 
@@ -374,6 +422,7 @@ impl ComputeServer for DryServer {
 
     fn start_profile(&mut self, stream_id: StreamId) -> Result<ProfilingToken, ServerError> {
         cubecl_common::future::block_on(self.sync(stream_id))?;
+        self.profile_start = self.device_memory.requested_total();
         Ok(self.timestamps.start())
     }
 
@@ -385,12 +434,13 @@ impl ComputeServer for DryServer {
         if let Err(err) = cubecl_common::future::block_on(self.sync(stream_id)) {
             self.timestamps.error(ProfileError::Server(Box::new(err)));
         }
-        // Nothing ran, so nothing took time: every autotune candidate ties at zero and the
-        // tuner keeps the first that launched. Real clock readings here would make the choice
-        // change from run to run.
+        // Nothing ran, so the time is the tie-break's: real clock readings here would make the
+        // choice change from run to run.
         self.timestamps.stop(token)?;
+        let bytes = self.device_memory.requested_total() - self.profile_start;
         let now = cubecl_common::profile::Instant::now();
-        Ok(ProfileDuration::new_system_time(now, now))
+        let took = cubecl_common::profile::Duration::from_nanos(self.tie_break.nanos(bytes));
+        Ok(ProfileDuration::new_system_time(now, now + took))
     }
 
     fn get_resource(

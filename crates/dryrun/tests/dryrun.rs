@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cubecl_runtime::runtime::Runtime;
-use dryrun::{CardProfile, DryDevice, DryRuntime, OnRefusal};
+use dryrun::{CardProfile, DryDevice, DryRuntime, OnRefusal, TieBreak};
 
 fn h200() -> Arc<CardProfile> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/cards/h200.json");
@@ -39,6 +39,7 @@ fn a_card_with_other_memory_sizes_its_pools_from_its_own_total() {
         sixteen.free_at_start,
         OnRefusal::Refuse,
         None,
+        TieBreak::First,
     )
     .unwrap();
     let client = DryRuntime::client(&device);
@@ -53,7 +54,14 @@ fn a_card_with_other_memory_sizes_its_pools_from_its_own_total() {
 #[test]
 fn the_dry_client_reports_the_gpus_properties_and_pool_limits() {
     let card = h200();
-    let device = DryDevice::new(card.clone(), card.free_at_start, OnRefusal::Refuse, None).unwrap();
+    let device = DryDevice::new(
+        card.clone(),
+        card.free_at_start,
+        OnRefusal::Refuse,
+        None,
+        TieBreak::First,
+    )
+    .unwrap();
     let client = DryRuntime::client(&device);
     assert_eq!(client.properties().checksum(), card.properties_checksum);
     assert_eq!(
@@ -67,7 +75,7 @@ fn the_dry_client_reports_the_gpus_properties_and_pool_limits() {
 fn a_buffer_takes_its_bytes_in_the_pool_and_a_refused_page_is_an_event() {
     let card = h200();
     // A card that leaves the pools 64 MiB: the smallest pool's pages fit, a large one does not.
-    let device = DryDevice::new(card, 64 << 20, OnRefusal::Grant, None).unwrap();
+    let device = DryDevice::new(card, 64 << 20, OnRefusal::Grant, None, TieBreak::First).unwrap();
     let client = DryRuntime::client(&device);
     let small = client.empty(1000);
     let usage = client.memory_usage().unwrap();
@@ -92,7 +100,7 @@ fn a_buffer_takes_its_bytes_in_the_pool_and_a_refused_page_is_an_event() {
 #[test]
 fn reads_return_zeros_of_the_right_length() {
     let card = h200();
-    let device = DryDevice::new(card, 1 << 30, OnRefusal::Refuse, None).unwrap();
+    let device = DryDevice::new(card, 1 << 30, OnRefusal::Refuse, None, TieBreak::First).unwrap();
     let client = DryRuntime::client(&device);
     let handle = client.create_from_slice(&[7u8; 4096]);
     let bytes = client.read_one(handle).unwrap();

@@ -44,7 +44,13 @@ impl Book {
         let card = self.h200_card()?;
         let capacity = card.free_at_start;
         let autotune = self.h200_autotune();
-        let device = DryDevice::new(card, capacity, OnRefusal::Refuse, Some(&autotune))?;
+        let device = DryDevice::new(
+            card,
+            capacity,
+            OnRefusal::Refuse,
+            Some(&autotune),
+            dryrun::TieBreak::First,
+        )?;
         let mut peak = 0;
         for _ in 0..3 {
             let held = inputs(&device);

@@ -164,7 +164,10 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             for m in &outcome.autotune_misses {
                 println!(
                     "{}: tuned dry (not in the GPU's cache): {} {} -> {}",
-                    e.name, m.tuner, m.key, m.kernel
+                    e.name,
+                    m.tuner,
+                    m.key,
+                    m.kernel()
                 );
             }
         }

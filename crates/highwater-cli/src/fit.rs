@@ -38,6 +38,7 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         capacity: capacity(&a, &model, &card)?,
         on_refusal: OnRefusal::Refuse,
         log_every: a.log_every.unwrap_or(a.steps),
+        tie_break: dryrun::TieBreak::First,
     };
     let autotune = Some(a.autotune.as_path()).filter(|p| p.exists());
     quiet_device_threads();

@@ -571,7 +571,7 @@ impl Arch {
     }
 
     /// Parameters, as burn counts them (`num_params`): weights and biases, norms' scales and
-    /// shifts (not batch norm's running statistics). Saturates at `u64::MAX` (such a network is
+    /// shifts, and batch norm's running mean and variance (state that lives beside the weights). Saturates at `u64::MAX` (such a network is
     /// refused by [`Network::with_batch`]).
     pub fn params(&self) -> u64 {
         let [mul, add] = [u128::saturating_mul, u128::saturating_add];
@@ -616,8 +616,10 @@ impl Arch {
             }
             Arch::Resnet(a) => {
                 let [c, w, k] = [a.channels, a.width, a.classes].map(u128::from);
-                // 3×3 convolutions without bias, each followed by a batch norm.
-                let conv = |i: u128, o: u128| add(mul(mul(i, o), 9), norm(o));
+                // 3×3 convolutions without bias, each followed by a batch norm: its scale, shift,
+                // running mean and running variance.
+                let batch_norm = |o: u128| mul(4, o);
+                let conv = |i: u128, o: u128| add(mul(mul(i, o), 9), batch_norm(o));
                 let mut total = conv(c, w);
                 let mut channels = w;
                 for stage in 0..a.stages.min(64) {
@@ -627,7 +629,7 @@ impl Arch {
                         total = sum(&[total, conv(input, out), conv(out, out)]);
                         if block == 0 && stage > 0 {
                             // The 1×1 projection of the residual, with its norm.
-                            total = sum(&[total, mul(input, out), norm(out)]);
+                            total = sum(&[total, mul(input, out), batch_norm(out)]);
                         }
                     }
                     channels = out;
@@ -701,9 +703,15 @@ mod tests {
 
     #[test]
     fn absurd_sizes_are_refused_before_any_work() {
-        let text = DECODER.replace("batch = 16", "batch = 18446744073709551615");
+        let text = DECODER.replace("batch = 16", "batch = 9223372036854775807");
         let e = Network::parse("x.toml", &text).unwrap_err();
         assert!(e.to_string().contains("`decoder.batch`"), "{e}");
+        let line = text.lines().position(|l| l.starts_with("batch")).unwrap() + 1;
+        assert_eq!(e.line(), line);
+        // Past TOML's integers: refused by the reader, at its line.
+        let text = DECODER.replace("batch = 16", "batch = 18446744073709551615");
+        let e = Network::parse("x.toml", &text).unwrap_err();
+        assert_eq!(e.line(), line, "{e}");
         let e = Network::parse(
             "x.toml",
             &DECODER.replace("d_model = 768", "d_model = 4294967292"),

@@ -49,6 +49,7 @@ fn main() {
                     capacity: card.free_at_start,
                     on_refusal: OnRefusal::Refuse,
                     log_every: 10,
+                    tie_break: dryrun::TieBreak::First,
                 };
                 let t = Instant::now();
                 let out = dry_run(&recipe, &plan, card.clone(), Some(&autotune)).unwrap();
@@ -96,6 +97,7 @@ fn decoder(root: &Path, h200: &Arc<CardProfile>, autotune: &Path) {
             capacity: h200.free_at_start,
             on_refusal: OnRefusal::Refuse,
             log_every: 5,
+            tie_break: dryrun::TieBreak::First,
         };
         let out = dry_network(&d, &plan, h200.clone(), Some(autotune)).unwrap();
         let mut ms: Vec<f64> = out.steps.iter().skip(2).map(|s| s.step_ms).collect();

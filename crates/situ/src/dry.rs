@@ -19,7 +19,9 @@ use std::sync::Arc;
 use burn::tensor::backend::AutodiffBackend;
 use burn_cubecl::CubeBackend;
 use burn_fusion::Fusion;
-use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime, OnRefusal, OutOfMemory, Tuned};
+use dryrun::{
+    AutotuneError, CardProfile, DryDevice, DryRuntime, Entry, OnRefusal, OutOfMemory, TieBreak,
+};
 use highwater::conform::{
     Exactness, MeasuredDeath, MeasuredStep, NetworkRecord, RerunRecord, exactness,
 };
@@ -65,6 +67,8 @@ pub struct DryPlan {
     pub on_refusal: OnRefusal,
     /// Read the loss back every this many steps, and at the last (a trainer's log line).
     pub log_every: u64,
+    /// How a problem the autotune cache lacks is settled on the dry device.
+    pub tie_break: TieBreak,
 }
 
 /// A page the card refused, placed in the run.
@@ -96,7 +100,7 @@ pub struct DryOutcome {
     /// The most the pools' pages ever took: the capacity the run needed.
     pub peak_bytes: u64,
     /// Problems autotuned on the dry device because the GPU's cache lacked them.
-    pub autotune_misses: Vec<Tuned>,
+    pub autotune_misses: Vec<Entry>,
 }
 
 impl DryOutcome {
@@ -357,7 +361,13 @@ where
     B: AutodiffBackend<Device = DryDevice>,
     S: TrainingStep<B>,
 {
-    let device = DryDevice::new(card, plan.capacity, plan.on_refusal, autotune)?;
+    let device = DryDevice::new(
+        card,
+        plan.capacity,
+        plan.on_refusal,
+        autotune,
+        plan.tie_break,
+    )?;
     let memory = device.memory();
     let probe = DryProbe::<B>::new(device.clone());
     let mut peak_in_use = Vec::new();
@@ -573,6 +583,7 @@ fn recorded_plan(
         capacity: device.pool_capacity,
         on_refusal: OnRefusal::Refuse,
         log_every,
+        tie_break: TieBreak::First,
     }
 }
 
@@ -640,6 +651,7 @@ mod tests {
             capacity,
             on_refusal,
             log_every: 3,
+            tie_break: TieBreak::First,
         };
         (recipe, plan, Arc::new(card))
     }

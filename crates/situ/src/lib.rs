@@ -73,6 +73,8 @@ pub mod reference;
 mod tensor_path;
 pub mod train;
 
+#[cfg(feature = "dry")]
+pub mod band;
 #[cfg(feature = "cube")]
 pub mod cube;
 #[cfg(feature = "dry")]

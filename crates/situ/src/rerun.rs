@@ -207,9 +207,9 @@ fn tuned_so_far() -> Vec<TunedProblem> {
         .unwrap_or_default()
         .into_iter()
         .map(|t| TunedProblem {
+            key: t.key.to_string(),
+            kernel: t.kernel().to_string(),
             tuner: t.tuner,
-            key: t.key,
-            kernel: t.kernel,
         })
         .collect()
 }

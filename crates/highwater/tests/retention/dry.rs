@@ -64,6 +64,7 @@ fn device() -> DryDevice {
         capacity,
         OnRefusal::Refuse,
         Some(&repro.join("h200-autotune")),
+        dryrun::TieBreak::First,
     )
     .expect("a dry device")
 }

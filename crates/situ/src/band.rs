@@ -1,0 +1,236 @@
+//! "Will it fit?" for a model the GPU never ran: the dry run's prediction, with its band.
+//!
+//! On a GPU, a problem missing from the autotune cache is settled by timing its candidates;
+//! dry, nothing runs, so its pick is predicted from the atlas (the card's cache of problems
+//! other models tuned: [`Atlas::predict`]). Candidates differ in the scratch memory they take, so
+//! the answer comes with the least and the most the run would reserve over the candidates it
+//! could have picked:
+//!
+//! 1. **discover**: the model trained dry over the atlas, each problem it lacks tuned on the dry
+//!    device and settled by memory ([`TieBreak::LeastMemory`]), which records every candidate's
+//!    bytes;
+//! 2. **three runs over complete caches**: the atlas plus every missed problem settled on the
+//!    predicted pick, on the leanest candidate, on the hungriest. Nothing is tuned during these
+//!    runs, as on a GPU whose cache is warm: the figures are a warm GPU's, for each choice.
+//!
+//! A choice can bring problems of its own (a kernel that calls another tuned kernel); each run
+//! settles those the same way and runs again, at most [`ROUNDS`] times.
+
+use std::path::{Path, PathBuf};
+
+use dryrun::atlas::{Candidate, Entry, Prediction};
+use dryrun::{Atlas, AutotuneError, TieBreak};
+
+use crate::dry::{DryOutcome, DryPlan};
+
+/// Runs per choice, at most: the first, and reruns for problems a choice brought.
+pub const ROUNDS: usize = 3;
+
+/// How one problem the atlas lacked was settled.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// The problem, as the dry device tuned it (every candidate with its bytes as its time).
+    pub problem: Entry,
+    /// The miss policy's pick, and the atlas problem it came from.
+    pub prediction: Prediction,
+    /// The candidate that reserves the least, and its bytes.
+    pub leanest: (Candidate, u64),
+    /// The candidate that reserves the most, and its bytes.
+    pub hungriest: (Candidate, u64),
+}
+
+/// The prediction and its band.
+#[derive(Debug, Clone)]
+pub struct Band {
+    /// The run with every missed problem settled by the miss policy.
+    pub predicted: DryOutcome,
+    /// With every missed problem on its leanest candidate; `None` when the atlas held every
+    /// problem (the prediction is then exact, as the dry run is with the GPU's cache).
+    pub least: Option<DryOutcome>,
+    /// With every missed problem on its hungriest candidate.
+    pub most: Option<DryOutcome>,
+    /// How each missed problem was settled, in the order the run met them.
+    pub decided: Vec<Decision>,
+}
+
+impl Band {
+    /// Per step: bytes reserved at the end of it, least, predicted and most (the predicted run's
+    /// steps; a bound that died earlier stops its column).
+    pub fn reserved(&self) -> Vec<(Option<u64>, u64, Option<u64>)> {
+        let at = |o: &Option<DryOutcome>, i: usize| match o {
+            None => Some(self.predicted.steps[i].reserved),
+            Some(o) => o.steps.get(i).map(|s| s.reserved),
+        };
+        (0..self.predicted.steps.len())
+            .map(|i| {
+                (
+                    at(&self.least, i),
+                    self.predicted.steps[i].reserved,
+                    at(&self.most, i),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Why a band could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BandError {
+    /// Installing or writing a cache failed.
+    #[error(transparent)]
+    Autotune(#[from] AutotuneError),
+    /// A scratch folder for the caches could not be made.
+    #[error("scratch folder {path}: {source}")]
+    Scratch {
+        /// The folder.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Trains a model dry with `run` (a plan, the cache folder it starts from) and bands its figures
+/// over the choices the atlas could not settle. `plan`'s tie-break is replaced per run.
+pub fn dry_band(
+    plan: &DryPlan,
+    atlas: &Atlas,
+    mut run: impl FnMut(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError>,
+) -> Result<Band, BandError> {
+    let scratch = Scratch::new()?;
+    let with = |tie_break| DryPlan {
+        tie_break,
+        ..plan.clone()
+    };
+    let discovery = scratch.write("atlas", atlas)?;
+    let first = run(&with(TieBreak::LeastMemory), Some(&discovery))?;
+    if first.autotune_misses.is_empty() {
+        return Ok(Band {
+            predicted: first,
+            least: None,
+            most: None,
+            decided: vec![],
+        });
+    }
+    let mut decided: Vec<Decision> = Vec::new();
+    let mut outcomes = Vec::new();
+    for (choice, tie_break) in [
+        (Choice::Predicted, TieBreak::LeastMemory),
+        (Choice::Least, TieBreak::LeastMemory),
+        (Choice::Most, TieBreak::MostMemory),
+    ] {
+        // The discovery's problems were settled by least memory, a rerun's by its own tie-break:
+        // that is how their candidates' times read as bytes.
+        let (mut misses, mut timed_by) = (first.autotune_misses.clone(), TieBreak::LeastMemory);
+        let mut settled: Vec<Entry> = Vec::new();
+        let mut outcome = None;
+        for round in 0..ROUNDS {
+            for miss in &misses {
+                let decision = decide(atlas, miss, timed_by);
+                settled.push(miss.with_pick(choice.pick(&decision).index));
+                if !decided.iter().any(|d| d.problem.id() == miss.id()) {
+                    decided.push(decision);
+                }
+            }
+            let cache =
+                scratch.write(&format!("{choice:?}-{round}"), &atlas.with(settled.clone()))?;
+            let o = run(&with(tie_break), Some(&cache))?;
+            (misses, timed_by) = (o.autotune_misses.clone(), tie_break);
+            outcome = Some(o);
+            if misses.is_empty() {
+                break;
+            }
+        }
+        outcomes.push(outcome.expect("at least one round"));
+    }
+    let [predicted, least, most] = <[DryOutcome; 3]>::try_from(outcomes).expect("three choices");
+    Ok(Band {
+        predicted,
+        least: Some(least),
+        most: Some(most),
+        decided,
+    })
+}
+
+/// Which candidate a run gives every missed problem.
+#[derive(Debug, Clone, Copy)]
+enum Choice {
+    Predicted,
+    Least,
+    Most,
+}
+
+impl Choice {
+    fn pick(self, d: &Decision) -> &Candidate {
+        match self {
+            Choice::Predicted => &d.prediction.pick,
+            Choice::Least => &d.leanest.0,
+            Choice::Most => &d.hungriest.0,
+        }
+    }
+}
+
+/// Settles a problem tuned on a device whose tie-break was `tie_break` (its candidates' times
+/// encode their bytes).
+fn decide(atlas: &Atlas, miss: &Entry, tie_break: TieBreak) -> Decision {
+    let sized: Vec<(Candidate, u64)> = miss
+        .ran()
+        .filter_map(|c| Some((c.clone(), tie_break.bytes(c.nanos?)?)))
+        .collect();
+    let fallback = || {
+        let c = miss.winner().cloned().unwrap_or(Candidate {
+            name: "?".into(),
+            index: miss.fastest_index,
+            nanos: None,
+        });
+        (c, 0)
+    };
+    let leanest = sized
+        .iter()
+        .min_by_key(|(c, b)| (*b, c.index))
+        .cloned()
+        .unwrap_or_else(fallback);
+    let hungriest = sized
+        .iter()
+        .max_by_key(|(c, b)| (*b, std::cmp::Reverse(c.index)))
+        .cloned()
+        .unwrap_or_else(fallback);
+    Decision {
+        problem: miss.clone(),
+        prediction: atlas.predict(miss),
+        leanest,
+        hungriest,
+    }
+}
+
+/// A folder of this process's own for the caches a band writes, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch, BandError> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "highwater-band-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).map_err(|source| BandError::Scratch {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Scratch(path))
+    }
+
+    fn write(&self, name: &str, atlas: &Atlas) -> Result<PathBuf, BandError> {
+        let dir = self.0.join(name);
+        atlas.write(&dir)?;
+        Ok(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
