@@ -215,6 +215,20 @@ impl Atlas {
         atlas
     }
 
+    /// Several caches as one: every problem once (the first source's line where two hold it).
+    pub fn merge(atlases: impl IntoIterator<Item = Atlas>) -> Atlas {
+        let mut seen = std::collections::HashSet::new();
+        let mut entries = Vec::new();
+        for atlas in atlases {
+            for e in atlas.entries {
+                if seen.insert(e.id()) {
+                    entries.push(e);
+                }
+            }
+        }
+        Atlas { entries }
+    }
+
     /// Whether the atlas holds the problem (tuner, key and checksum).
     pub fn holds(&self, e: &Entry) -> bool {
         self.entries

@@ -31,6 +31,9 @@ pub(crate) enum Command {
     /// GPU, on a card of the size asked: per-step pool figures, where it dies, or the largest
     /// batch that fits.
     Fit(FitArgs),
+    /// Merges GPU autotune caches into the card's atlas: what each source's problems the others
+    /// hold, and how often the miss policy names the GPU's pick (each problem left out).
+    Atlas(AtlasArgs),
     /// Trains a recipe or a decoder on the GPU (burn-cuda) and records its pool step by step.
     #[cfg(feature = "cuda")]
     Rerun(RerunArgs),
@@ -170,6 +173,11 @@ pub(crate) struct ConformArgs {
     /// With --dry: that GPU's autotune cache (a `device-0-0-cuda` folder).
     #[arg(long, value_name = "DIR", default_value = "repro/cards/h200-autotune")]
     pub autotune: PathBuf,
+    /// With --dry: the networks only, each predicted from the atlas --autotune less the problems
+    /// its own first run tuned (`DIR/autotune/<family>-<precision>`): bytes in use within the
+    /// GPU's spread, the GPU's bytes reserved between the least and the most of the band.
+    #[arg(long, requires = "dry")]
+    pub band: bool,
 }
 
 #[derive(Debug, Args)]
@@ -217,13 +225,27 @@ pub(crate) struct FitArgs {
     /// Read the loss back every N steps, as a trainer that logs does [default: at the last step].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub log_every: Option<u64>,
-    /// The GPU's autotune cache, so the dry run picks its kernels (problems it lacks are tuned
-    /// dry and listed).
-    #[arg(long, value_name = "DIR", default_value = "repro/cards/h200-autotune")]
+    /// The card's autotune atlas (GPU caches merged by `highwater atlas`), so the dry run picks
+    /// the kernels the GPU picked; a problem it lacks is decided by the miss policy and the
+    /// bytes reserved are banded over its candidates.
+    #[arg(long, value_name = "DIR", default_value = "repro/cards/h200-atlas")]
     pub autotune: PathBuf,
     /// One JSON object on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  \
+    highwater atlas repro/cards/h200-autotune repro/results/models/autotune/* \
+    --out repro/cards/h200-atlas")]
+pub(crate) struct AtlasArgs {
+    /// Autotune cache folders written on the GPU (`device-0-0-cuda`), in order of preference.
+    #[arg(value_name = "DIR", required = true)]
+    pub sources: Vec<PathBuf>,
+    /// Write the merged atlas here (replaced), one cache file per tuner.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// What `--card` names.

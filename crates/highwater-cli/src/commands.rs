@@ -25,6 +25,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Forensics(a) => forensics(a),
         Command::Conform(a) => crate::conform::conform(a),
         Command::Fit(a) => crate::fit::fit(a),
+        Command::Atlas(a) => crate::atlas::atlas(a),
         #[cfg(feature = "cuda")]
         Command::Rerun(a) => crate::rerun::rerun(a),
     }

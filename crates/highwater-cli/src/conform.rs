@@ -26,6 +26,9 @@ pub(crate) fn conform(a: ConformArgs) -> Result<()> {
     if files.is_empty() {
         bail!("{} holds no rerun-*.json", a.dir.display());
     }
+    if a.band {
+        return conform_band(&a, &files);
+    }
     if a.dry {
         return conform_dry(&a, &files);
     }
@@ -177,6 +180,96 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         bail!(
             "{missed} of {} recorded runs differ from their dry replay",
             results.len()
+        );
+    }
+    Ok(())
+}
+
+/// Every network record predicted from the atlas less its own problems, and held to its band.
+fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
+    let card = std::sync::Arc::new(dryrun::CardProfile::read(&a.card)?);
+    let atlas = dryrun::Atlas::read(&a.autotune)
+        .with_context(|| format!("cannot read the atlas {}", a.autotune.display()))?;
+    quiet_device_threads();
+    let repeat_dirs = repeat_dirs(&a.dir.join(REPEATS))?;
+    let networks: Vec<&PathBuf> = files
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| !n.to_string_lossy().starts_with("rerun-"))
+        })
+        .collect();
+    let mut rows = Vec::new();
+    let mut missed = 0;
+    for path in &networks {
+        let record: NetworkRecord = read_record(path)?;
+        let repeats: Vec<NetworkRecord> = repeat_dirs
+            .iter()
+            .map(|dir| dir.join(path.file_name().unwrap_or_default()))
+            .filter(|repeat| repeat.exists())
+            .map(|r| read_record(&r))
+            .collect::<Result<_>>()?;
+        let network = record.network()?;
+        let own_dir = a.dir.join("autotune").join(format!(
+            "{}-{}",
+            network.arch.family(),
+            highwater::recipe::written_name(&network.precision)
+        ));
+        let own = dryrun::Atlas::read(&own_dir).with_context(|| {
+            format!("cannot read {}, the run's own problems", own_dir.display())
+        })?;
+        let without = atlas.without(&own);
+        let (band, check) =
+            quietly(|| situ::band::replay_band(&record, &repeats, card.clone(), &without))
+                .with_context(|| format!("cannot replay {}", path.display()))?;
+        if !check.holds() {
+            missed += 1;
+        }
+        let last = band.reserved().last().copied();
+        let gpu_last = record.steps.last().map(|s| s.reserved);
+        let in_use_off = check
+            .in_use
+            .differences
+            .iter()
+            .filter(|d| d.figure != "reserved")
+            .map(|d| d.bytes().unsigned_abs())
+            .max()
+            .unwrap_or(0);
+        rows.push(vec![
+            record.name(),
+            format!("{} of {}", check.decided, own.entries.len()),
+            format!("{} B (spread {} B)", in_use_off, check.in_use.gpu_spread),
+            gpu_last.map_or("–".into(), size),
+            last.map_or("–".into(), |(_, x, _)| size(x)),
+            last.map_or("–".into(), |(l, _, h)| {
+                format!(
+                    "{} … {}",
+                    l.map_or("–".into(), size),
+                    h.map_or("–".into(), size)
+                )
+            }),
+            if check.holds() { "holds" } else { "MISSES" }.into(),
+        ]);
+    }
+    println!(
+        "{}",
+        render(
+            &[
+                ("run", Align::Left),
+                ("problems not in the atlas", Align::Right),
+                ("in use, largest difference", Align::Right),
+                ("reserved, last step: GPU", Align::Right),
+                ("predicted", Align::Right),
+                ("band", Align::Right),
+                ("", Align::Left),
+            ],
+            &rows,
+        )
+    );
+    if missed > 0 {
+        bail!(
+            "{missed} of {} runs fall outside their band",
+            networks.len()
         );
     }
     Ok(())

@@ -5,10 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Result, anyhow, bail};
-use dryrun::{CardProfile, OnRefusal};
+use dryrun::{Atlas, CardProfile, OnRefusal};
 use highwater::RunReport;
 use highwater::limits::MAX_SEARCH_BATCH;
 use highwater::recipe::written_name;
+use situ::band::{Band, dry_band};
 use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
 
 use crate::args::{CapArg, CardArg, FitArgs};
@@ -40,7 +41,13 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         log_every: a.log_every.unwrap_or(a.steps),
         tie_break: dryrun::TieBreak::First,
     };
-    let autotune = Some(a.autotune.as_path()).filter(|p| p.exists());
+    // No atlas (a folder that is not there) is an empty one: every problem is then decided by
+    // the miss policy, and banded.
+    let atlas = if a.autotune.exists() {
+        Atlas::read(&a.autotune)?
+    } else {
+        Atlas::default()
+    };
     quiet_device_threads();
     let (backend, checkpointing) = model.backend();
     let header = format!(
@@ -51,28 +58,52 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         size(plan.capacity),
         a.steps
     );
+    let band =
+        |m: &Model| quietly(|| dry_band(&plan, &atlas, |p, dir| m.dry_run(p, card.clone(), dir)));
     if a.largest_batch {
-        let search = situ::dry::largest_batch(MAX_SEARCH_BATCH.max, |batch| {
-            let m = model.with_batch(batch).map_err(anyhow::Error::msg)?;
-            Ok::<_, anyhow::Error>(quietly(|| m.dry_run(&plan, card.clone(), autotune))?)
-        })?;
+        // At the prediction, and at the band's top: the batch that fits whatever the GPU picks.
+        let mut searches = Vec::new();
+        for bound in [Bound::Predicted, Bound::Most] {
+            let search = situ::dry::largest_batch(MAX_SEARCH_BATCH.max, |batch| {
+                let m = model.with_batch(batch).map_err(anyhow::Error::msg)?;
+                Ok::<_, anyhow::Error>(bound.of(band(&m)?))
+            })?;
+            searches.push(search);
+        }
+        let [at_prediction, at_most] = <[BatchSearch; 2]>::try_from(searches).expect("two");
         if a.json {
-            println!("{}", search_json(&origin, &plan, &search));
+            let mut json = search_json(&origin, &plan, &at_prediction);
+            json["at_most"] = search_json(&origin, &plan, &at_most);
+            println!("{json}");
         } else {
-            println!("{header}\n{}", search_text(&search));
+            println!("{header}\n{}", search_text(&at_prediction));
+            if at_most.largest.as_ref().map(|l| l.0) != at_prediction.largest.as_ref().map(|l| l.0)
+            {
+                println!(
+                    "had every problem the atlas lacks taken its hungriest kernel: {}",
+                    search_text(&at_most)
+                );
+            }
         }
     } else {
-        let outcome = quietly(|| model.dry_run(&plan, card.clone(), autotune))?;
+        let band = band(&model)?;
+        let outcome = &band.predicted;
         let report = outcome.report(&origin, &plan);
         if a.json {
-            println!("{}", serde_json::to_string(&report)?);
+            let mut json = serde_json::to_value(&report)?;
+            json["reserved_least"] =
+                serde_json::to_value(band.reserved().iter().map(|r| r.0).collect::<Vec<_>>())?;
+            json["reserved_most"] =
+                serde_json::to_value(band.reserved().iter().map(|r| r.2).collect::<Vec<_>>())?;
+            json["decided_by_miss_policy"] = band.decided.len().into();
+            println!("{json}");
         } else {
             println!("{header} | batch {}", model.batch());
             if !report.reserved.is_empty() {
-                println!("{}", steps_table(&report, &outcome));
+                println!("{}", steps_table(&report, &band));
             }
-            println!("{}", verdict(&outcome, &report));
-            if let Some(line) = misses(&outcome) {
+            println!("{}", verdict(outcome, &report));
+            if let Some(line) = decided(&band) {
                 println!("{line}");
             }
         }
@@ -80,18 +111,40 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
     Ok(())
 }
 
-/// How many problems the GPU's cache lacked, per tuner (`--json` lists them all).
-fn misses(outcome: &DryOutcome) -> Option<String> {
+/// Which run of a band a batch search reads.
+#[derive(Clone, Copy)]
+enum Bound {
+    Predicted,
+    Most,
+}
+
+impl Bound {
+    fn of(self, band: Band) -> DryOutcome {
+        match self {
+            Bound::Predicted => band.predicted,
+            Bound::Most => band.most.unwrap_or(band.predicted),
+        }
+    }
+}
+
+/// How many problems the atlas lacked, per tuner, decided by the miss policy.
+fn decided(band: &Band) -> Option<String> {
     let mut per_tuner = std::collections::BTreeMap::<&str, usize>::new();
-    for m in &outcome.autotune_misses {
-        *per_tuner.entry(m.tuner.as_str()).or_default() += 1;
+    for d in &band.decided {
+        *per_tuner.entry(d.problem.tuner.as_str()).or_default() += 1;
     }
     (!per_tuner.is_empty()).then(|| {
         let counts: Vec<String> = per_tuner.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        let predicted = band
+            .decided
+            .iter()
+            .filter(|d| d.prediction.neighbour.is_some())
+            .count();
         format!(
-            "autotune: {} problems not in the GPU's cache, tuned dry ({}); the dry device keeps \
-             the first candidate that launches, which need not be the GPU's kernel",
-            outcome.autotune_misses.len(),
+            "autotune: {} problems not in the atlas ({}): {predicted} given the kernel that won \
+             the nearest problem the atlas holds, the rest the first candidate; `reserved` is \
+             banded by every such problem on its leanest and on its hungriest kernel",
+            band.decided.len(),
             counts.join(", ")
         )
     })
@@ -130,7 +183,16 @@ fn card(arg: &CardArg, chip: &Path) -> Result<CardProfile> {
 
 /// One row per step; "every stream" is what the pools of all threads' streams hold (a loader
 /// thread's tensors live in a pool of its own), "reserved" the training thread's pool alone.
-fn steps_table(r: &RunReport, outcome: &DryOutcome) -> String {
+fn steps_table(r: &RunReport, band: &Band) -> String {
+    let outcome = &band.predicted;
+    let reserved = band.reserved();
+    let range = |i: usize| match reserved.get(i) {
+        Some((Some(l), _, Some(h))) if band.least.is_some() => {
+            format!("{} … {}", size(*l), size(*h))
+        }
+        Some((_, _, None)) if band.least.is_some() => "(died)".into(),
+        _ => "exact".into(),
+    };
     let rows: Vec<Vec<String>> = (0..r.reserved.len())
         .map(|i| {
             vec![
@@ -139,6 +201,7 @@ fn steps_table(r: &RunReport, outcome: &DryOutcome) -> String {
                 size(r.in_use_after_backward[i]),
                 size(r.peak_in_use[i]),
                 size(r.reserved[i]),
+                range(i),
                 outcome.steps[i].device_reserved.map_or("–".into(), size),
                 r.pages[i].to_string(),
             ]
@@ -151,6 +214,7 @@ fn steps_table(r: &RunReport, outcome: &DryOutcome) -> String {
             ("after bwd", Align::Right),
             ("peak in use", Align::Right),
             ("reserved", Align::Right),
+            ("least … most", Align::Right),
             ("every stream", Align::Right),
             ("pages", Align::Right),
         ],

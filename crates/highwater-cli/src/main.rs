@@ -39,6 +39,7 @@
 //! naming the limit. Usage errors exit with clap's status 2.
 
 mod args;
+mod atlas;
 mod commands;
 mod conform;
 mod fit;

@@ -18,10 +18,13 @@
 
 use std::path::{Path, PathBuf};
 
-use dryrun::atlas::{Candidate, Entry, Prediction};
-use dryrun::{Atlas, AutotuneError, TieBreak};
+use std::sync::Arc;
 
-use crate::dry::{DryOutcome, DryPlan};
+use dryrun::atlas::{Candidate, Entry, Prediction};
+use dryrun::{Atlas, AutotuneError, CardProfile, TieBreak};
+use highwater::conform::{Exactness, NetworkRecord, exactness};
+
+use crate::dry::{DryOutcome, DryPlan, ReplayError, dry_network, recorded_plan, same_card};
 
 /// Runs per choice, at most: the first, and reruns for problems a choice brought.
 pub const ROUNDS: usize = 3;
@@ -71,6 +74,100 @@ impl Band {
             })
             .collect()
     }
+}
+
+/// A recorded network replayed from an atlas that lacks some of its problems, held to the GPU:
+/// the predicted bytes in use against the GPU's runs, and the GPU's bytes reserved against the
+/// band.
+#[derive(Debug, Clone)]
+pub struct BandCheck {
+    /// The figures of the predicted run that differ from the record, beyond the GPU's spread:
+    /// bytes in use (the band is on bytes reserved).
+    pub in_use: Exactness,
+    /// Steps whose GPU bytes reserved (any run's) lie outside the band widened by the GPU's own
+    /// spread (the dry run is one answer; the GPU's runs differ by that much among themselves):
+    /// step, GPU, least, most.
+    pub reserved_outside: Vec<(u64, u64, u64, u64)>,
+    /// Problems the atlas lacked.
+    pub decided: usize,
+}
+
+impl BandCheck {
+    /// Bytes in use within the GPU's spread at every phase, and bytes reserved inside the band
+    /// at every step.
+    pub fn holds(&self) -> bool {
+        let in_use_ok = self
+            .in_use
+            .differences
+            .iter()
+            .filter(|d| d.figure != "reserved")
+            .all(|d| d.measured.abs_diff(d.predicted) <= self.in_use.gpu_spread);
+        in_use_ok
+            && self.reserved_outside.is_empty()
+            && self.in_use.completed.0 == self.in_use.completed.1
+    }
+}
+
+/// Replays a network recorded on the GPU (and its repeats) dry from `atlas` and holds it to
+/// them: [`BandCheck`].
+pub fn replay_band(
+    record: &NetworkRecord,
+    repeats: &[NetworkRecord],
+    card: Arc<CardProfile>,
+    atlas: &Atlas,
+) -> Result<(Band, BandCheck), ReplayError> {
+    same_card(&card, &record.device)?;
+    let plan = recorded_plan(
+        &record.steps,
+        record.steps_asked,
+        record.seed,
+        &record.device,
+    );
+    let network = record.network()?;
+    let band = dry_band(&plan, atlas, |p, dir| {
+        dry_network(&network, p, card.clone(), dir)
+    })
+    .map_err(|e| match e {
+        BandError::Autotune(e) => ReplayError::Autotune(e),
+        BandError::Scratch { source, .. } => ReplayError::Autotune(AutotuneError::Io {
+            path: "scratch".into(),
+            source,
+        }),
+    })?;
+    let in_use = exactness(
+        record,
+        repeats,
+        &band.predicted.steps,
+        band.predicted.died.as_ref(),
+    );
+    let runs: Vec<&NetworkRecord> = std::iter::once(record).chain(repeats).collect();
+    let spread = in_use.gpu_spread;
+    let reserved_outside = band
+        .reserved()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &(least, _, most))| {
+            runs.iter().filter_map(move |r| {
+                let gpu = r.steps.get(i)?.reserved;
+                let (l, h) = (least.unwrap_or(0), most.unwrap_or(u64::MAX));
+                (gpu.saturating_add(spread) < l || gpu > h.saturating_add(spread)).then_some((
+                    i as u64 + 1,
+                    gpu,
+                    l,
+                    h,
+                ))
+            })
+        })
+        .collect();
+    let decided = band.decided.len();
+    Ok((
+        band,
+        BandCheck {
+            in_use,
+            reserved_outside,
+            decided,
+        },
+    ))
 }
 
 /// Why a band could not be made.

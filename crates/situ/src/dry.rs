@@ -567,7 +567,7 @@ pub(crate) fn plan_for(record: &RerunRecord) -> Result<(Recipe, DryPlan), Replay
 
 /// The plan of a recorded run: its steps and seed, its pools' capacity, its loss reads (the
 /// first step that read its loss before the last gives the period).
-fn recorded_plan(
+pub(crate) fn recorded_plan(
     steps: &[MeasuredStep],
     steps_asked: u64,
     seed: u64,
@@ -588,7 +588,7 @@ fn recorded_plan(
 }
 
 /// A record replays only on a profile of its card: the pools' page sizes follow the total.
-fn same_card(
+pub(crate) fn same_card(
     card: &CardProfile,
     recorded: &highwater::conform::DeviceMemory,
 ) -> Result<(), ReplayError> {
