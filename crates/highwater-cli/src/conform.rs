@@ -225,6 +225,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         if !check.holds() {
             missed += 1;
         }
+        let agree = band.agreement(&own);
         let last = band.reserved().last().copied();
         let gpu_last = record.steps.last().map(|s| s.reserved);
         let in_use_off = check
@@ -238,6 +239,10 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         rows.push(vec![
             record.name(),
             format!("{} of {}", check.decided, own.entries.len()),
+            format!(
+                "{} / {} of {}",
+                agree.same_kernel, agree.same_bytes, agree.known
+            ),
             format!("{} B (spread {} B)", in_use_off, check.in_use.gpu_spread),
             gpu_last.map_or("–".into(), size),
             last.map_or("–".into(), |(_, x, _)| size(x)),
@@ -257,6 +262,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             &[
                 ("run", Align::Left),
                 ("problems not in the atlas", Align::Right),
+                ("GPU's kernel / its bytes predicted", Align::Right),
                 ("in use, largest difference", Align::Right),
                 ("reserved, last step: GPU", Align::Right),
                 ("predicted", Align::Right),

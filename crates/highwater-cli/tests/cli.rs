@@ -465,6 +465,31 @@ fn conform_holds_the_simulator_to_the_recorded_gpu_runs() {
     ok_snapshot("conform-results", &["conform", "repro/results"]);
 }
 
+/// "Will it fit?" before a model has run on a GPU: each model recorded on the H200 for the
+/// autotune atlas (repro/results/models: a ResNet, a ViT and an LSTM, f32 and bf16), predicted
+/// from the atlas less every problem its own first run tuned. Its bytes in use are the GPU's (to
+/// the GPU's own spread) at every phase of every step, and the GPU's bytes reserved lie in the
+/// band between every such problem on its leanest and on its hungriest kernel.
+#[test]
+fn conform_band_holds_models_the_atlas_never_saw() {
+    let out = highwater(&[
+        "conform",
+        "--dry",
+        "--band",
+        "repro/results/models",
+        "--autotune",
+        "repro/cards/h200-atlas",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let table = text(&out.stdout);
+    assert_eq!(table.matches(" holds").count(), 6, "{table}");
+}
+
 /// The dry run (burn's own code on the dry CubeCL runtime, the H200's card profile and autotune
 /// cache) replays every recorded run: byte for byte, or within what the GPU varied by across
 /// its repeats, with the same deaths. No GPU needed. Not a snapshot: where the GPU varies, the

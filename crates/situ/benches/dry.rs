@@ -2,7 +2,9 @@
 //! CubeCL runtime, the H200's card profile and autotune cache), median over steps 3..=50, per
 //! configuration, and a whole 50-step replay including the device's start; then the decoder
 //! (repro/models/decoder.toml): its dry step on both backends, and the search for its largest
-//! batch on a 16 GiB card, 5 steps per run.
+//! batch on a 16 GiB card, 5 steps per run; then "will it fit?" for the ViT
+//! (repro/models/vit.toml) from the atlas less its own problems: `highwater fit`'s work, the
+//! band's four runs included.
 //! `cargo bench -p situ --features dry` (harness-free; prints, asserts nothing).
 
 use std::path::Path;
@@ -76,6 +78,40 @@ fn main() {
     );
 
     decoder(&root, &card, &autotune);
+    vit_band(&root, &card);
+}
+
+/// `highwater fit repro/models/vit.toml` (5 steps) without the ViT's own problems in the atlas:
+/// every kernel choice of the model decided by the miss policy and banded.
+fn vit_band(root: &Path, h200: &Arc<CardProfile>) {
+    let text = std::fs::read_to_string(root.join("repro/models/vit.toml")).unwrap();
+    let vit = highwater::network::Network::parse("vit.toml", &text).unwrap();
+    let atlas = dryrun::Atlas::read(&root.join("repro/cards/h200-atlas")).unwrap();
+    let own = dryrun::Atlas::read(&root.join("repro/results/models/autotune/vit-f32")).unwrap();
+    let atlas = atlas.without(&own);
+    let plan = DryPlan {
+        steps: 5,
+        seed: 1,
+        capacity: h200.free_at_start,
+        on_refusal: OnRefusal::Refuse,
+        log_every: 5,
+        tie_break: dryrun::TieBreak::First,
+    };
+    let t = Instant::now();
+    let band = situ::band::dry_band(&plan, &atlas, |p, dir| {
+        dry_network(&vit, p, h200.clone(), dir)
+    })
+    .unwrap();
+    let last = band.reserved().last().copied().unwrap();
+    println!(
+        "the ViT from the atlas less its own problems: {} decided by the miss policy, band \
+         {:?} … {:?} around {} bytes reserved, in {:.1} s (four dry runs of 5 steps)",
+        band.decided.len(),
+        last.0,
+        last.2,
+        last.1,
+        t.elapsed().as_secs_f64()
+    );
 }
 
 fn decoder(root: &Path, h200: &Arc<CardProfile>, autotune: &Path) {

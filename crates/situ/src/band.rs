@@ -34,6 +34,8 @@ pub const ROUNDS: usize = 3;
 pub struct Decision {
     /// The problem, as the dry device tuned it (every candidate with its bytes as its time).
     pub problem: Entry,
+    /// How that device settled it: how its times read as bytes.
+    pub timed_by: TieBreak,
     /// The miss policy's pick, and the atlas problem it came from.
     pub prediction: Prediction,
     /// The candidate that reserves the least, and its bytes.
@@ -56,7 +58,43 @@ pub struct Band {
     pub decided: Vec<Decision>,
 }
 
+/// How the miss policy's picks compare with the GPU's, where the GPU's are known (`gpu`: the
+/// model's own cache, as its first run on the GPU filled it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Agreement {
+    /// Problems decided by the miss policy whose GPU pick is known.
+    pub known: usize,
+    /// The policy named the GPU's kernel.
+    pub same_kernel: usize,
+    /// The policy's kernel reserves what the GPU's does (the same bytes on the dry device).
+    pub same_bytes: usize,
+}
+
 impl Band {
+    /// The miss policy against the GPU's own picks (`gpu`).
+    pub fn agreement(&self, gpu: &Atlas) -> Agreement {
+        let mut a = Agreement::default();
+        for d in &self.decided {
+            let Some(won) = gpu
+                .entries
+                .iter()
+                .find(|e| e.tuner == d.problem.tuner && e.key == d.problem.key)
+                .and_then(|e| e.winner().map(|w| w.name.clone()))
+            else {
+                continue;
+            };
+            a.known += 1;
+            a.same_kernel += usize::from(d.prediction.pick.name == won);
+            let bytes = |name: &str| {
+                let c = d.problem.ran().find(|c| c.name == name)?;
+                d.timed_by.bytes(c.nanos?)
+            };
+            a.same_bytes +=
+                usize::from(bytes(&won).is_some() && bytes(&won) == bytes(&d.prediction.pick.name));
+        }
+        a
+    }
+
     /// Per step: bytes reserved at the end of it, least, predicted and most (the predicted run's
     /// steps; a bound that died earlier stops its column).
     pub fn reserved(&self) -> Vec<(Option<u64>, u64, Option<u64>)> {
@@ -294,6 +332,7 @@ fn decide(atlas: &Atlas, miss: &Entry, tie_break: TieBreak) -> Decision {
         .unwrap_or_else(fallback);
     Decision {
         problem: miss.clone(),
+        timed_by: tie_break,
         prediction: atlas.predict(miss),
         leanest,
         hungriest,
@@ -329,5 +368,49 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A problem tuned dry: candidates `(name, index, nanos)`, the first listed won.
+    fn tuned(candidates: &[(&str, usize, u64)]) -> Entry {
+        let results: Vec<String> = candidates
+            .iter()
+            .map(|(name, index, nanos)| {
+                format!(
+                    r#"{{"outcome":{{"Ok":{{"name":"{name}","index":{index},"computation":{{"median":{{"secs":0,"nanos":{nanos}}}}}}}}}}}"#
+                )
+            })
+            .collect();
+        let line = format!(
+            r#"{{"key":{{"key":{{"m":64}},"checksum":"c"}},"value":{{"fastest_index":{},"results":[{}]}}}}"#,
+            candidates[0].1,
+            results.join(",")
+        );
+        Entry::parse("mm", &line).unwrap()
+    }
+
+    #[test]
+    fn a_missed_problem_is_banded_by_its_candidates_bytes_however_its_device_timed_them() {
+        // Least memory: a nanosecond per byte, leanest first.
+        let least = tuned(&[("lean", 4, 100), ("mid", 1, 200), ("fat", 2, 900)]);
+        let d = decide(&Atlas::default(), &least, TieBreak::LeastMemory);
+        assert_eq!((d.leanest.0.name.as_str(), d.leanest.1), ("lean", 100));
+        assert_eq!((d.hungriest.0.name.as_str(), d.hungriest.1), ("fat", 900));
+        // No atlas problem of this tuner: the first candidate by index.
+        assert_eq!(d.prediction.pick.name, "mid");
+        // Most memory: the same bytes, timed the other way round.
+        let ceiling = 1u64 << 40;
+        let most = tuned(&[
+            ("fat", 2, ceiling - 900),
+            ("mid", 1, ceiling - 200),
+            ("lean", 4, ceiling - 100),
+        ]);
+        let d = decide(&Atlas::default(), &most, TieBreak::MostMemory);
+        assert_eq!((d.leanest.0.name.as_str(), d.leanest.1), ("lean", 100));
+        assert_eq!((d.hungriest.0.name.as_str(), d.hungriest.1), ("fat", 900));
     }
 }
