@@ -200,6 +200,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         })
         .collect();
     let mut rows = Vec::new();
+    let mut outside = Vec::new();
     let mut missed = 0;
     for path in &networks {
         let record: NetworkRecord = read_record(path)?;
@@ -226,6 +227,14 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             missed += 1;
         }
         let agree = band.agreement(&own);
+        for (step, gpu, least, most) in &check.reserved_outside {
+            outside.push(format!(
+                "{}: step {step}: a GPU run reserved {gpu} B, outside {least} … {most} B (the \
+                 GPU's runs differ by up to {} B)",
+                record.name(),
+                check.in_use.gpu_spread
+            ));
+        }
         let last = band.reserved().last().copied();
         let gpu_last = record.steps.last().map(|s| s.reserved);
         let in_use_off = check
@@ -272,6 +281,9 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             &rows,
         )
     );
+    for line in &outside {
+        println!("{line}");
+    }
     if missed > 0 {
         bail!(
             "{missed} of {} runs fall outside their band",

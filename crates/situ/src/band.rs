@@ -96,7 +96,10 @@ impl Band {
     }
 
     /// Per step: bytes reserved at the end of it, least, predicted and most (the predicted run's
-    /// steps; a bound that died earlier stops its column).
+    /// steps; a bound that died earlier stops its column). The band's edges are the least and the
+    /// most of the three runs: on CubeBackend a run's bytes reserved vary by a few hundred bytes
+    /// from run to run (on the GPU as dry), more than the leanest and hungriest choices differ
+    /// when they differ little.
     pub fn reserved(&self) -> Vec<(Option<u64>, u64, Option<u64>)> {
         let at = |o: &Option<DryOutcome>, i: usize| match o {
             None => Some(self.predicted.steps[i].reserved),
@@ -104,11 +107,12 @@ impl Band {
         };
         (0..self.predicted.steps.len())
             .map(|i| {
-                (
-                    at(&self.least, i),
-                    self.predicted.steps[i].reserved,
-                    at(&self.most, i),
-                )
+                let x = self.predicted.steps[i].reserved;
+                let (least, most) = (at(&self.least, i), at(&self.most, i));
+                match (least, most) {
+                    (Some(l), Some(h)) => (Some(l.min(h).min(x)), x, Some(l.max(h).max(x))),
+                    _ => (least, x, most),
+                }
             })
             .collect()
     }
