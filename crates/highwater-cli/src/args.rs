@@ -27,7 +27,7 @@ pub(crate) enum Command {
     /// bytes reserved within 5 %, the same arms dying under a cap; with --dry, the dry run to
     /// every byte of every step. Exits 1 on any miss.
     Conform(ConformArgs),
-    /// Will it fit? Trains a model (a decoder or a wave recipe) dry, burn's own code with no
+    /// Will it fit? Trains a model (a network file or a wave recipe) dry, burn's own code with no
     /// GPU, on a card of the size asked: per-step pool figures, where it dies, or the largest
     /// batch that fits.
     Fit(FitArgs),
@@ -189,7 +189,8 @@ pub(crate) struct ConformArgs {
     --card; the pools may take that memory less the CUDA context the chip's process took. \
     Exits 0 whether or not the model fits; 1 on bad input.")]
 pub(crate) struct FitArgs {
-    /// A decoder (`[decoder]`, e.g. repro/models/decoder.toml) or a wave recipe (TOML).
+    /// A network file (`[decoder]`, `[resnet]`, `[vit]`, `[lstm]`, `[mlp]`: repro/models) or a
+    /// wave recipe (TOML).
     #[arg(value_name = "MODEL")]
     pub model: PathBuf,
     /// The card's memory (`16GiB`, `80GB`, `24000000000`), or a card profile (JSON) to use as

@@ -26,11 +26,13 @@
 //! * `conform` reads every `rerun-*.json` in a directory (runs recorded on a GPU by `rerun`),
 //!   simulates each as that card had it and prints measured, predicted and error; it exits 1
 //!   when any run misses a tolerance (see [`highwater::conform`]).
-//! * `fit` trains a model (a decoder or a wave recipe) dry on a card of the size asked and
+//! * `fit` trains a model (a network file or a wave recipe) dry on a card of the size asked and
 //!   prints each step's pool figures and whether it fits, or searches for the largest batch
 //!   that does and says where the next one dies (see `situ::dry`).
-//! * `rerun` (built with `--features cuda`) trains the recipe, or a decoder, on burn-cuda and
+//! * `rerun` (built with `--features cuda`) trains the recipe, or a network file, on burn-cuda and
 //!   writes the record (see `situ::rerun`).
+//! * `atlas` merges autotune caches recorded on a GPU into the card's atlas, the kernel choices
+//!   `fit` starts from (see `dryrun::atlas`).
 //!
 //! Bad input (unreadable file, malformed recipe, bad range) exits with status 1 and one
 //! message on stderr: what failed, then each cause once (a recipe error names the file, line,
