@@ -122,10 +122,9 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             .iter()
             .map(|dir| dir.join(path.file_name().unwrap_or_default()))
             .filter(|repeat| repeat.exists());
-        let is_network = path.file_name().is_some_and(|n| {
-            let n = n.to_string_lossy();
-            !n.starts_with("rerun-")
-        });
+        let is_network = path
+            .file_name()
+            .is_some_and(|n| !n.to_string_lossy().starts_with("rerun-"));
         let replayed = if is_network {
             let record: NetworkRecord = read_record(path)?;
             let repeats: Vec<NetworkRecord> =

@@ -197,12 +197,6 @@ pub fn is_network(text: &str) -> bool {
         .is_ok_and(|t| FAMILIES.iter().any(|f| t.contains_key(*f)))
 }
 
-/// What [`Network::with_batch`] found too large.
-enum Oversize {
-    Batch,
-    Parameters,
-}
-
 /// A network the dry run and the GPU can be trusted to build.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Network {
@@ -410,8 +404,7 @@ impl Network {
         }
         match network.oversize(network.batch) {
             None => Ok(network),
-            Some((Oversize::Batch, reason)) => Err(at(batch_field, "batch", reason)),
-            Some((Oversize::Parameters, reason)) => Err(at(batch_field, "batch", reason)),
+            Some(reason) => Err(at(batch_field, "batch", reason)),
         }
     }
 
@@ -419,7 +412,7 @@ impl Network {
     /// [`MAX_TENSOR_BYTES`] (so that absurd sizes are refused before any work).
     pub fn with_batch(&self, batch: u64) -> Result<Network, String> {
         match self.oversize(batch) {
-            Some((_, reason)) => Err(reason),
+            Some(reason) => Err(reason),
             None => Ok(Network {
                 batch,
                 ..self.clone()
@@ -428,9 +421,9 @@ impl Network {
     }
 
     /// What is too large at `batch` (a zero batch counts), and why.
-    fn oversize(&self, batch: u64) -> Option<(Oversize, String)> {
+    fn oversize(&self, batch: u64) -> Option<String> {
         if batch == 0 {
-            return Some((Oversize::Batch, "a batch of 0 trains nothing".into()));
+            return Some("a batch of 0 trains nothing".into());
         }
         // Priced at 4 bytes an element whatever the precision: burn keeps some state in f32.
         let within = |elems: Option<u64>| {
@@ -439,8 +432,9 @@ impl Network {
                 .is_some_and(|b| MAX_TENSOR_BYTES.allows(b))
         };
         if !within(self.arch.params().checked_mul(4)) {
-            let reason = format!("the parameters and their Adam state exceed {MAX_TENSOR_BYTES}");
-            return Some((Oversize::Parameters, reason));
+            return Some(format!(
+                "the parameters and their Adam state exceed {MAX_TENSOR_BYTES}"
+            ));
         }
         if !self
             .arch
@@ -448,11 +442,10 @@ impl Network {
             .into_iter()
             .all(|per_example| within(per_example.and_then(|e| e.checked_mul(batch))))
         {
-            let reason = format!(
+            return Some(format!(
                 "batch {batch} makes an activation (logits, attention scores, feature maps or \
                  hidden states) larger than {MAX_TENSOR_BYTES}"
-            );
-            return Some((Oversize::Batch, reason));
+            ));
         }
         None
     }

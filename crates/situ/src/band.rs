@@ -24,7 +24,7 @@ use dryrun::atlas::{Candidate, Entry, Prediction};
 use dryrun::{Atlas, AutotuneError, CardProfile, TieBreak};
 use highwater::conform::{Exactness, NetworkRecord, exactness};
 
-use crate::dry::{DryOutcome, DryPlan, ReplayError, dry_network, recorded_plan, same_card};
+use crate::dry::{DryOutcome, DryPlan, ReplayError, dry_network, network_plan_for};
 
 /// Runs per choice, at most: the first, and reruns for problems a choice brought.
 pub const ROUNDS: usize = 3;
@@ -158,23 +158,9 @@ pub fn replay_band(
     card: Arc<CardProfile>,
     atlas: &Atlas,
 ) -> Result<(Band, BandCheck), ReplayError> {
-    same_card(&card, &record.device)?;
-    let plan = recorded_plan(
-        &record.steps,
-        record.steps_asked,
-        record.seed,
-        &record.device,
-    );
-    let network = record.network()?;
+    let (network, plan) = network_plan_for(record, &card)?;
     let band = dry_band(&plan, atlas, |p, dir| {
         dry_network(&network, p, card.clone(), dir)
-    })
-    .map_err(|e| match e {
-        BandError::Autotune(e) => ReplayError::Autotune(e),
-        BandError::Scratch { source, .. } => ReplayError::Autotune(AutotuneError::Io {
-            path: "scratch".into(),
-            source,
-        }),
     })?;
     let in_use = exactness(
         record,
@@ -212,30 +198,13 @@ pub fn replay_band(
     ))
 }
 
-/// Why a band could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum BandError {
-    /// Installing or writing a cache failed.
-    #[error(transparent)]
-    Autotune(#[from] AutotuneError),
-    /// A scratch folder for the caches could not be made.
-    #[error("scratch folder {path}: {source}")]
-    Scratch {
-        /// The folder.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
 /// Trains a model dry with `run` (a plan, the cache folder it starts from) and bands its figures
 /// over the choices the atlas could not settle. `plan`'s tie-break is replaced per run.
 pub fn dry_band(
     plan: &DryPlan,
     atlas: &Atlas,
     mut run: impl FnMut(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError>,
-) -> Result<Band, BandError> {
+) -> Result<Band, AutotuneError> {
     let scratch = Scratch::new()?;
     let with = |tie_break| DryPlan {
         tie_break,
@@ -347,7 +316,7 @@ fn decide(atlas: &Atlas, miss: &Entry, tie_break: TieBreak) -> Decision {
 struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new() -> Result<Scratch, BandError> {
+    fn new() -> Result<Scratch, AutotuneError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let path = std::env::temp_dir().join(format!(
@@ -355,14 +324,14 @@ impl Scratch {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir_all(&path).map_err(|source| BandError::Scratch {
+        std::fs::create_dir_all(&path).map_err(|source| AutotuneError::Io {
             path: path.display().to_string(),
             source,
         })?;
         Ok(Scratch(path))
     }
 
-    fn write(&self, name: &str, atlas: &Atlas) -> Result<PathBuf, BandError> {
+    fn write(&self, name: &str, atlas: &Atlas) -> Result<PathBuf, AutotuneError> {
         let dir = self.0.join(name);
         atlas.write(&dir)?;
         Ok(dir)

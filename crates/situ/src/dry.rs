@@ -567,7 +567,7 @@ pub(crate) fn plan_for(record: &RerunRecord) -> Result<(Recipe, DryPlan), Replay
 
 /// The plan of a recorded run: its steps and seed, its pools' capacity, its loss reads (the
 /// first step that read its loss before the last gives the period).
-pub(crate) fn recorded_plan(
+fn recorded_plan(
     steps: &[MeasuredStep],
     steps_asked: u64,
     seed: u64,
@@ -588,7 +588,7 @@ pub(crate) fn recorded_plan(
 }
 
 /// A record replays only on a profile of its card: the pools' page sizes follow the total.
-pub(crate) fn same_card(
+fn same_card(
     card: &CardProfile,
     recorded: &highwater::conform::DeviceMemory,
 ) -> Result<(), ReplayError> {
@@ -602,6 +602,22 @@ pub(crate) fn same_card(
     }
 }
 
+/// What replays a network recorded by `highwater rerun --model` on `card`: the network with the
+/// run's overrides, and the run's plan.
+pub(crate) fn network_plan_for(
+    record: &NetworkRecord,
+    card: &CardProfile,
+) -> Result<(highwater::network::Network, DryPlan), ReplayError> {
+    same_card(card, &record.device)?;
+    let plan = recorded_plan(
+        &record.steps,
+        record.steps_asked,
+        record.seed,
+        &record.device,
+    );
+    Ok((record.network()?, plan))
+}
+
 /// [`replay`] for a network recorded by `highwater rerun --model`.
 pub fn replay_network(
     record: &NetworkRecord,
@@ -609,14 +625,8 @@ pub fn replay_network(
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<(DryOutcome, Exactness), ReplayError> {
-    same_card(&card, &record.device)?;
-    let plan = recorded_plan(
-        &record.steps,
-        record.steps_asked,
-        record.seed,
-        &record.device,
-    );
-    let outcome = dry_network(&record.network()?, &plan, card, autotune)?;
+    let (network, plan) = network_plan_for(record, &card)?;
+    let outcome = dry_network(&network, &plan, card, autotune)?;
     let exactness = exactness(record, repeats, &outcome.steps, outcome.died.as_ref());
     Ok((outcome, exactness))
 }
