@@ -301,6 +301,42 @@ impl Atlas {
     }
 }
 
+/// How far the card agrees with itself: of the problems (tuner and key) that more than one of
+/// `sources` tuned, how many were won by different kernels. Autotune keeps the fastest
+/// candidate by a timing, and candidates within noise of each other trade places from one
+/// tuning to the next, so a pick the card does not repeat cannot be predicted either: this is
+/// the ceiling of any miss policy's accuracy.
+pub fn retuned(sources: &[Atlas]) -> Retuned {
+    let mut winners: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for source in sources {
+        for e in &source.entries {
+            if let Some(w) = e.winner() {
+                winners
+                    .entry((e.tuner.clone(), e.key.to_string()))
+                    .or_default()
+                    .push(w.name.clone());
+            }
+        }
+    }
+    let again: Vec<&Vec<String>> = winners.values().filter(|w| w.len() > 1).collect();
+    Retuned {
+        tuned_again: again.len(),
+        won_differently: again
+            .iter()
+            .filter(|w| w.iter().any(|n| *n != w[0]))
+            .count(),
+    }
+}
+
+/// [`retuned`]'s result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retuned {
+    /// Problems tuned by more than one source.
+    pub tuned_again: usize,
+    /// Of those, the problems whose winners differ.
+    pub won_differently: usize,
+}
+
 /// [`Atlas::leave_one_out`]'s result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaveOneOut {
@@ -427,6 +463,27 @@ mod tests {
         repicked.write(&dir).unwrap();
         assert_eq!(Atlas::read(&dir).unwrap(), repicked);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_problem_tuned_twice_counts_when_its_winners_differ() {
+        let a = |lines: &[String]| Atlas {
+            entries: lines
+                .iter()
+                .map(|l| Entry::parse("mm", l).unwrap())
+                .collect(),
+        };
+        let first = a(&[
+            line(64, 64, "F32", ("tma", 3), ("simple", 1)),
+            line(128, 64, "F32", ("tma", 3), ("simple", 1)),
+        ]);
+        let second = a(&[
+            line(64, 64, "F32", ("simple", 1), ("tma", 3)),
+            line(128, 64, "F32", ("tma", 3), ("simple", 1)),
+            line(256, 64, "F32", ("tma", 3), ("simple", 1)),
+        ]);
+        let r = retuned(&[first, second]);
+        assert_eq!((r.tuned_again, r.won_differently), (2, 1));
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //! - [`tables`], [`text`], [`json`], [`reports`]: a ledger as a table, lists and ranges as
 //!   prose writes them, lenient reads of result files, refusals counted by size and page.
 //! - Chapter helpers too long for a cell: [`surplus`] (*The verdict*), [`wall`] (*Walking into
-//!   the wall*), [`dry`] (*The dry run*), [`race`] (*Proving it without running it*), [`gpu`]
-//!   (*On a real GPU*).
+//!   the wall*), [`dry`] (*The dry run*), [`fit`] (*Will my model fit?*), [`race`] (*Proving it
+//!   without running it*), [`gpu`] (*On a real GPU*).
 //!
 //! # Bytes: one precision policy
 //!
@@ -43,6 +43,7 @@
 pub mod bytes;
 pub mod dry;
 pub mod experiments;
+pub mod fit;
 pub mod gpu;
 pub mod json;
 pub mod load;

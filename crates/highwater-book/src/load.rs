@@ -33,6 +33,12 @@ pub const SUITE_RESULTS: [&str; 2] = [
 pub const H200: &str = "repro/cards/h200.json";
 /// The H200's autotune cache: the kernels the GPU picked, for the dry run to pick.
 pub const H200_AUTOTUNE: &str = "repro/cards/h200-autotune";
+/// The H200's atlas: every problem the recorded models and the sweep tuned on it.
+pub const H200_ATLAS: &str = "repro/cards/h200-atlas";
+/// The atlas sweep's caches on the H200, one folder per line of `repro/cards/h200-sweep.grid`.
+pub const SWEEP: &str = "repro/cards/h200-sweep";
+/// The models of `repro/models` recorded on the H200: warm, repeated, cold, and their caches.
+pub const MODELS: &str = "repro/results/models";
 
 /// What went wrong reading one of the book's inputs, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -209,13 +215,22 @@ impl Book {
     }
 
     fn with_repeats<T: DeserializeOwned>(&self, name: &str) -> Result<(T, Vec<T>), BookError> {
-        let mut dirs = entries(&self.path(format!("{RESULTS}/repeats")))?;
+        self.with_repeats_in(RESULTS, name)
+    }
+
+    /// `DIR/NAME.json` and its repeats (`DIR/repeats/*/NAME.json`, in directory order).
+    pub(crate) fn with_repeats_in<T: DeserializeOwned>(
+        &self,
+        dir: &str,
+        name: &str,
+    ) -> Result<(T, Vec<T>), BookError> {
+        let mut dirs = entries(&self.path(format!("{dir}/repeats")))?;
         dirs.retain(|p| p.is_dir());
         let repeats = dirs
             .iter()
             .map(|d| json_at(&d.join(format!("{name}.json"))))
             .collect::<Result<_, _>>()?;
-        Ok((self.json(format!("{RESULTS}/{name}.json"))?, repeats))
+        Ok((self.json(format!("{dir}/{name}.json"))?, repeats))
     }
 
     /// Every run `highwater rerun` recorded (`repro/results/rerun-*.json`), by name (the file

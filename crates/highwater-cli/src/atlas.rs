@@ -29,6 +29,12 @@ pub(crate) fn atlas(a: AtlasArgs) -> Result<()> {
     }
     println!("{}", coverage(&sources));
     println!("{}", leave_one_out(&atlas));
+    let r = dryrun::atlas::retuned(&sources.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>());
+    println!(
+        "the card against itself: {} problems tuned by more than one source, {} of them won by \
+         different kernels",
+        r.tuned_again, r.won_differently
+    );
     if let Some(out) = &a.out {
         println!("wrote {} ({} problems)", out.display(), atlas.entries.len());
     }

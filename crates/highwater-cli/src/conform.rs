@@ -96,6 +96,11 @@ pub(crate) fn conform(a: ConformArgs) -> Result<()> {
 
 /// Repeats of the recorded runs (the same command run again on the same GPU), one folder each.
 const REPEATS: &str = "repeats";
+
+/// Where a network's first run on the GPU (from an empty autotune cache) is kept, under its
+/// record's folder.
+const COLD: &str = "cold";
+
 /// Runs whose dry replay is known to differ, in which figures and why; kept beside the records.
 const KNOWN_DRY: &str = "conform-dry-known.toml";
 
@@ -222,10 +227,15 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         let (band, check) =
             quietly(|| situ::band::replay_band(&record, &repeats, card.clone(), &without))
                 .with_context(|| format!("cannot replay {}", path.display()))?;
-        if !check.holds() {
-            missed += 1;
-        }
         let agree = band.agreement(&own);
+        for (step, figure, gpu, least, most) in &check.in_use_outside {
+            outside.push(format!(
+                "{}: step {step}: a GPU run's {figure} is {gpu} B, outside {least} … {most} B \
+                 (the GPU's runs differ by up to {} B)",
+                record.name(),
+                check.in_use.gpu_spread
+            ));
+        }
         for (step, gpu, least, most) in &check.reserved_outside {
             outside.push(format!(
                 "{}: step {step}: a GPU run reserved {gpu} B, outside {least} … {most} B (the \
@@ -233,6 +243,33 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                 record.name(),
                 check.in_use.gpu_spread
             ));
+        }
+        // Its first run, from an empty cache, against the dry run's cold band.
+        let cold_path = a.dir.join(COLD).join(path.file_name().unwrap_or_default());
+        let cold = if cold_path.exists() {
+            let cold: NetworkRecord = read_record(&cold_path)?;
+            let (band, cold_outside) =
+                quietly(|| situ::band::replay_cold(&cold, check.in_use.gpu_spread, card.clone()))
+                    .with_context(|| format!("cannot replay {} cold", cold_path.display()))?;
+            for (step, gpu, least, most) in &cold_outside {
+                outside.push(format!(
+                    "{} cold: step {step}: the GPU reserved {gpu} B, outside {least} … {most} B \
+                     (the GPU's warm runs differ by up to {} B)",
+                    record.name(),
+                    check.in_use.gpu_spread
+                ));
+            }
+            let gpu = cold.steps.last().map(|s| s.reserved);
+            Some((
+                gpu,
+                band.reserved().last().copied(),
+                cold_outside.is_empty(),
+            ))
+        } else {
+            None
+        };
+        if !check.holds() || cold.is_some_and(|(_, _, inside)| !inside) {
+            missed += 1;
         }
         let last = band.reserved().last().copied();
         let gpu_last = record.steps.last().map(|s| s.reserved);
@@ -251,7 +288,16 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                 "{} / {} of {}",
                 agree.same_kernel, agree.same_bytes, agree.known
             ),
-            format!("{} B (spread {} B)", in_use_off, check.in_use.gpu_spread),
+            format!(
+                "{} B (spread {} B){}",
+                in_use_off,
+                check.in_use.gpu_spread,
+                if check.in_use_exact() {
+                    ""
+                } else {
+                    ", in band"
+                }
+            ),
             gpu_last.map_or("–".into(), size),
             last.map_or("–".into(), |(_, x, _)| size(x)),
             last.map_or("–".into(), |(l, _, h)| {
@@ -261,7 +307,22 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                     h.map_or("–".into(), size)
                 )
             }),
-            if check.holds() { "holds" } else { "MISSES" }.into(),
+            cold.map_or("–".into(), |(gpu, _, _)| gpu.map_or("–".into(), size)),
+            cold.map_or("–".into(), |(_, band, _)| {
+                band.map_or("–".into(), |(l, h)| {
+                    format!(
+                        "{} … {}",
+                        l.map_or("–".into(), size),
+                        h.map_or("–".into(), size)
+                    )
+                })
+            }),
+            if check.holds() && cold.is_none_or(|(_, _, inside)| inside) {
+                "holds"
+            } else {
+                "MISSES"
+            }
+            .into(),
         ]);
     }
     println!(
@@ -275,6 +336,8 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                 ("reserved, last step: GPU", Align::Right),
                 ("predicted", Align::Right),
                 ("band", Align::Right),
+                ("cold: GPU", Align::Right),
+                ("cold band", Align::Right),
                 ("", Align::Left),
             ],
             &rows,

@@ -9,7 +9,7 @@ use dryrun::{Atlas, CardProfile, OnRefusal};
 use highwater::RunReport;
 use highwater::limits::MAX_SEARCH_BATCH;
 use highwater::recipe::written_name;
-use situ::band::{Band, dry_band};
+use situ::band::{Band, ColdBand, cold_band, dry_band};
 use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
 
 use crate::args::{CapArg, CardArg, FitArgs};
@@ -87,6 +87,8 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         }
     } else {
         let band = band(&model)?;
+        // The first run on the card, which autotunes as it trains.
+        let cold = quietly(|| cold_band(&plan, |p, dir| model.dry_run(p, card.clone(), dir)))?;
         let outcome = &band.predicted;
         let report = outcome.report(&origin, &plan);
         if a.json {
@@ -96,13 +98,18 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
             json["reserved_most"] =
                 serde_json::to_value(band.reserved().iter().map(|r| r.2).collect::<Vec<_>>())?;
             json["decided_by_miss_policy"] = band.decided.len().into();
+            json["cold_reserved_least"] =
+                serde_json::to_value(cold.reserved().iter().map(|r| r.0).collect::<Vec<_>>())?;
+            json["cold_reserved_most"] =
+                serde_json::to_value(cold.reserved().iter().map(|r| r.1).collect::<Vec<_>>())?;
             println!("{json}");
         } else {
             println!("{header} | batch {}", model.batch());
             if !report.reserved.is_empty() {
-                println!("{}", steps_table(&report, &band));
+                println!("{}", steps_table(&report, &band, &cold));
             }
             println!("{}", verdict(outcome, &report));
+            println!("{}", cold_verdict(&cold));
             if let Some(line) = decided(&band) {
                 println!("{line}");
             }
@@ -183,7 +190,7 @@ fn card(arg: &CardArg, chip: &Path) -> Result<CardProfile> {
 
 /// One row per step; "every stream" is what the pools of all threads' streams hold (a loader
 /// thread's tensors live in a pool of its own), "reserved" the training thread's pool alone.
-fn steps_table(r: &RunReport, band: &Band) -> String {
+fn steps_table(r: &RunReport, band: &Band, cold: &ColdBand) -> String {
     let outcome = &band.predicted;
     let reserved = band.reserved();
     let range = |i: usize| match reserved.get(i) {
@@ -192,6 +199,11 @@ fn steps_table(r: &RunReport, band: &Band) -> String {
         }
         Some((_, _, None)) if band.least.is_some() => "(died)".into(),
         _ => "exact".into(),
+    };
+    let cold = cold.reserved();
+    let first_run = |i: usize| match cold.get(i) {
+        Some((Some(l), Some(h))) => format!("{} … {}", size(*l), size(*h)),
+        _ => "(died)".into(),
     };
     let rows: Vec<Vec<String>> = (0..r.reserved.len())
         .map(|i| {
@@ -202,6 +214,7 @@ fn steps_table(r: &RunReport, band: &Band) -> String {
                 size(r.peak_in_use[i]),
                 size(r.reserved[i]),
                 range(i),
+                first_run(i),
                 outcome.steps[i].device_reserved.map_or("–".into(), size),
                 r.pages[i].to_string(),
             ]
@@ -215,11 +228,35 @@ fn steps_table(r: &RunReport, band: &Band) -> String {
             ("peak in use", Align::Right),
             ("reserved", Align::Right),
             ("least … most", Align::Right),
+            ("first run", Align::Right),
             ("every stream", Align::Right),
             ("pages", Align::Right),
         ],
         &rows,
     )
+}
+
+/// The first run on the card: its autotune cache empty, it times every candidate of every
+/// problem on the step's real inputs, in the same pool.
+fn cold_verdict(cold: &ColdBand) -> String {
+    let died = [&cold.least, &cold.most]
+        .iter()
+        .filter_map(|o| o.died.as_ref().map(|d| d.step))
+        .min();
+    let reserved = cold.reserved();
+    match (died, reserved.first()) {
+        (Some(step), _) => format!(
+            "first run on the card (nothing autotuned yet, every candidate timed in the pool): \
+             may die in step {step}; later runs, with the cache it fills, are the figures above"
+        ),
+        (None, Some((Some(l), Some(h)))) => format!(
+            "first run on the card (nothing autotuned yet, every candidate timed in the pool): \
+             {} … {} reserved after step 1 (column `first run`)",
+            size(*l),
+            size(*h)
+        ),
+        _ => "first run on the card: no step ran".into(),
+    }
 }
 
 /// Fits, or where it dies and on which pages.

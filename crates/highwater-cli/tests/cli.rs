@@ -469,7 +469,9 @@ fn conform_holds_the_simulator_to_the_recorded_gpu_runs() {
 /// autotune atlas (repro/results/models: a ResNet, a ViT and an LSTM, f32 and bf16), predicted
 /// from the atlas less every problem its own first run tuned. Its bytes in use are the GPU's (to
 /// the GPU's own spread) at every phase of every step, and the GPU's bytes reserved lie in the
-/// band between every such problem on its leanest and on its hungriest kernel.
+/// band between every such problem on its leanest and on its hungriest kernel. Its first run on
+/// the GPU, from an empty cache, lies in the band of the dry run from an empty cache (every
+/// problem tuned in the pool, settled on its leanest and on its hungriest kernel).
 #[test]
 fn conform_band_holds_models_the_atlas_never_saw() {
     let out = highwater(&[
@@ -488,6 +490,8 @@ fn conform_band_holds_models_the_atlas_never_saw() {
     );
     let table = text(&out.stdout);
     assert_eq!(table.matches(" holds").count(), 6, "{table}");
+    // Each row: the warm band and the cold band, both filled.
+    assert_eq!(table.matches(" … ").count(), 12, "{table}");
 }
 
 /// The dry run (burn's own code on the dry CubeCL runtime, the H200's card profile and autotune

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use dryrun::atlas::{Candidate, Entry, Prediction};
 use dryrun::{Atlas, AutotuneError, CardProfile, TieBreak};
-use highwater::conform::{Exactness, NetworkRecord, exactness};
+use highwater::conform::{Exactness, MeasuredStep, NetworkRecord, exactness};
 
 use crate::dry::{DryOutcome, DryPlan, ReplayError, dry_network, network_plan_for};
 
@@ -123,9 +123,13 @@ impl Band {
 /// band.
 #[derive(Debug, Clone)]
 pub struct BandCheck {
-    /// The figures of the predicted run that differ from the record, beyond the GPU's spread:
-    /// bytes in use (the band is on bytes reserved).
+    /// The figures of the predicted run that differ from the record, beyond the GPU's spread.
     pub in_use: Exactness,
+    /// Phases whose GPU bytes in use (any run's) lie outside the three runs' least and most,
+    /// widened by the GPU's spread: step, figure, GPU, least, most. A kernel's pick moves bytes
+    /// in use a little (a TMA kernel's output is padded for its copies), so a mispredicted pick
+    /// can leave the prediction off by a few kilobytes while the band still holds the GPU.
+    pub in_use_outside: Vec<(u64, &'static str, u64, u64, u64)>,
     /// Steps whose GPU bytes reserved (any run's) lie outside the band widened by the GPU's own
     /// spread (the dry run is one answer; the GPU's runs differ by that much among themselves):
     /// step, GPU, least, most.
@@ -135,18 +139,21 @@ pub struct BandCheck {
 }
 
 impl BandCheck {
-    /// Bytes in use within the GPU's spread at every phase, and bytes reserved inside the band
-    /// at every step.
+    /// The GPU's bytes in use and reserved inside the band at every phase of every step, and
+    /// the run as long as the GPU's.
     pub fn holds(&self) -> bool {
-        let in_use_ok = self
-            .in_use
+        self.in_use_outside.is_empty()
+            && self.reserved_outside.is_empty()
+            && self.in_use.completed.0 == self.in_use.completed.1
+    }
+
+    /// The prediction's bytes in use are the GPU's, to its spread, at every phase.
+    pub fn in_use_exact(&self) -> bool {
+        self.in_use
             .differences
             .iter()
             .filter(|d| d.figure != "reserved")
-            .all(|d| d.measured.abs_diff(d.predicted) <= self.in_use.gpu_spread);
-        in_use_ok
-            && self.reserved_outside.is_empty()
-            && self.in_use.completed.0 == self.in_use.completed.1
+            .all(|d| d.measured.abs_diff(d.predicted) <= self.in_use.gpu_spread)
     }
 }
 
@@ -187,15 +194,47 @@ pub fn replay_band(
             })
         })
         .collect();
+    let in_use_outside = in_use_outside(&band, &runs, spread);
     let decided = band.decided.len();
     Ok((
         band,
         BandCheck {
             in_use,
+            in_use_outside,
             reserved_outside,
             decided,
         },
     ))
+}
+
+/// [`BandCheck::in_use_outside`]: each GPU run's bytes in use after forward and after backward
+/// against the least and most of the band's runs, widened by `spread`.
+fn in_use_outside(
+    band: &Band,
+    runs: &[&NetworkRecord],
+    spread: u64,
+) -> Vec<(u64, &'static str, u64, u64, u64)> {
+    let dry: Vec<&DryOutcome> = std::iter::once(&band.predicted)
+        .chain(band.least.iter())
+        .chain(band.most.iter())
+        .collect();
+    let figures: [(&'static str, fn(&MeasuredStep) -> u64); 2] = [
+        ("in_use_after_forward", |s| s.in_use_after_forward),
+        ("in_use_after_backward", |s| s.in_use_after_backward),
+    ];
+    let mut outside = Vec::new();
+    for i in 0..band.predicted.steps.len() {
+        for (figure, of) in figures {
+            let values = dry.iter().filter_map(|o| o.steps.get(i).map(of));
+            let (l, h) = (values.clone().min().unwrap_or(0), values.max().unwrap_or(0));
+            for gpu in runs.iter().filter_map(|r| r.steps.get(i).map(of)) {
+                if gpu.saturating_add(spread) < l || gpu > h.saturating_add(spread) {
+                    outside.push((i as u64 + 1, figure, gpu, l, h));
+                }
+            }
+        }
+    }
+    outside
 }
 
 /// Trains a model dry with `run` (a plan, the cache folder it starts from) and bands its figures
@@ -258,6 +297,81 @@ pub fn dry_band(
         most: Some(most),
         decided,
     })
+}
+
+/// A model's first run on the card: its autotune cache empty, CubeCL tunes every problem as the
+/// step meets it, each candidate on the step's real inputs, in the same pool, so what the
+/// candidates allocate while they are timed shows in the bytes reserved (a cold run can reserve
+/// more than every later one). Dry, every candidate is allocated as on the GPU; which one wins
+/// the timing is not known, so the band runs it twice: every problem settled on its leanest
+/// candidate, and on its hungriest.
+#[derive(Debug, Clone)]
+pub struct ColdBand {
+    /// Every problem settled on its leanest candidate.
+    pub least: DryOutcome,
+    /// Every problem settled on its hungriest candidate.
+    pub most: DryOutcome,
+}
+
+impl ColdBand {
+    /// Per step: the least and the most bytes reserved at its end over the two runs (a run that
+    /// died earlier stops its side).
+    pub fn reserved(&self) -> Vec<(Option<u64>, Option<u64>)> {
+        let n = self.least.steps.len().max(self.most.steps.len());
+        let at = |o: &DryOutcome, i: usize| o.steps.get(i).map(|s| s.reserved);
+        (0..n)
+            .map(|i| match (at(&self.least, i), at(&self.most, i)) {
+                (Some(l), Some(h)) => (Some(l.min(h)), Some(l.max(h))),
+                other => other,
+            })
+            .collect()
+    }
+}
+
+/// Trains a model dry from an empty autotune cache with `run`, once per extreme: [`ColdBand`].
+pub fn cold_band(
+    plan: &DryPlan,
+    mut run: impl FnMut(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError>,
+) -> Result<ColdBand, AutotuneError> {
+    let scratch = Scratch::new()?;
+    let mut one = |tie_break| {
+        let empty = scratch.write(&format!("{tie_break:?}"), &Atlas::default())?;
+        run(
+            &DryPlan {
+                tie_break,
+                ..plan.clone()
+            },
+            Some(&empty),
+        )
+    };
+    Ok(ColdBand {
+        least: one(TieBreak::LeastMemory)?,
+        most: one(TieBreak::MostMemory)?,
+    })
+}
+
+/// A network's cold record (its first run on the GPU, from an empty cache) replayed cold dry:
+/// the band, and the steps whose GPU bytes reserved lie outside it widened by `spread` (the
+/// GPU's own, across its warm runs: a cold run is made once): step, GPU, least, most.
+pub fn replay_cold(
+    record: &NetworkRecord,
+    spread: u64,
+    card: Arc<CardProfile>,
+) -> Result<(ColdBand, Vec<(u64, u64, u64, u64)>), ReplayError> {
+    let (network, plan) = network_plan_for(record, &card)?;
+    let band = cold_band(&plan, |p, dir| dry_network(&network, p, card.clone(), dir))?;
+    let outside = band
+        .reserved()
+        .iter()
+        .zip(&record.steps)
+        .enumerate()
+        .filter_map(|(i, (&(least, most), step))| {
+            let (l, h) = (least.unwrap_or(0), most.unwrap_or(u64::MAX));
+            (step.reserved.saturating_add(spread) < l || step.reserved > h.saturating_add(spread))
+                .then_some((i as u64 + 1, step.reserved, l, h))
+        })
+        .collect();
+    Ok((band, outside))
 }
 
 /// Which candidate a run gives every missed problem.
