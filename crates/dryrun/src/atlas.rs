@@ -240,11 +240,28 @@ impl Atlas {
     /// candidates it lists), predicted from the nearest problem of the same tuner whose winner
     /// is among `miss`'s candidates.
     pub fn predict(&self, miss: &Entry) -> Prediction {
+        let at = flat(&miss.key);
+        self.predict_by(miss, None, |_, a| distance_flat(&flat(&a.key), &at))
+    }
+
+    /// [`Atlas::predict`] with entry `skip` left out and `distance` (of an entry, by index) given.
+    fn predict_by(
+        &self,
+        miss: &Entry,
+        skip: Option<usize>,
+        distance: impl Fn(usize, &Entry) -> f64,
+    ) -> Prediction {
         let mut near: Vec<(f64, &Entry)> = self
             .entries
             .iter()
-            .filter(|a| a.tuner == miss.tuner && a.checksum == miss.checksum && a.key != miss.key)
-            .map(|a| (distance(&a.key, &miss.key), a))
+            .enumerate()
+            .filter(|&(j, a)| {
+                Some(j) != skip
+                    && a.tuner == miss.tuner
+                    && a.checksum == miss.checksum
+                    && a.key != miss.key
+            })
+            .map(|(j, a)| (distance(j, a), a))
             .collect();
         near.sort_by(|x, y| x.0.total_cmp(&y.0));
         for (d, a) in near {
@@ -277,18 +294,12 @@ impl Atlas {
     pub fn leave_one_out(&self) -> LeaveOneOut {
         let mut per_tuner: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         let mut missed = Vec::new();
+        // Every key flattened once: the distances are all pairs of them.
+        let flats: Vec<Flat> = self.entries.iter().map(|e| flat(&e.key)).collect();
         for (i, e) in self.entries.iter().enumerate() {
             let Some(won) = e.winner() else { continue };
-            let others = Atlas {
-                entries: self
-                    .entries
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != i)
-                    .map(|(_, e)| e.clone())
-                    .collect(),
-            };
-            let predicted = others.predict(e);
+            let predicted =
+                self.predict_by(e, Some(i), |j, _| distance_flat(&flats[j], &flats[i]));
             let tally = per_tuner.entry(e.tuner.clone()).or_default();
             tally.1 += 1;
             if predicted.pick.name == won.name {
@@ -358,11 +369,21 @@ impl LeaveOneOut {
 /// How far apart two keys are: every number on a log₂ scale, every differing word or missing
 /// field [`WORD_DISTANCE`].
 pub fn distance(a: &Value, b: &Value) -> f64 {
-    let (mut fa, mut fb) = (BTreeMap::new(), BTreeMap::new());
-    flatten("", a, &mut fa);
-    flatten("", b, &mut fb);
+    distance_flat(&flat(a), &flat(b))
+}
+
+/// A key's leaves by their path.
+type Flat<'a> = BTreeMap<String, &'a Value>;
+
+fn flat(v: &Value) -> Flat<'_> {
+    let mut out = BTreeMap::new();
+    flatten("", v, &mut out);
+    out
+}
+
+fn distance_flat(fa: &Flat, fb: &Flat) -> f64 {
     let mut d = 0.0;
-    for (path, va) in &fa {
+    for (path, va) in fa {
         d += match (va, fb.get(path)) {
             (Value::Number(x), Some(Value::Number(y))) => {
                 let log = |n: &serde_json::Number| (n.as_f64().unwrap_or(0.0).abs() + 1.0).log2();

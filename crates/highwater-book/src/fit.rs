@@ -27,7 +27,7 @@ pub struct FromAtlas {
     pub cold_band: ColdBand,
     /// The steps whose GPU figure for the first run lies outside its band: step, GPU, least,
     /// most.
-    pub cold_outside: Vec<(u64, u64, u64, u64)>,
+    pub cold_outside: Vec<situ::band::Outside>,
 }
 
 impl Book {
@@ -163,6 +163,18 @@ impl Book {
             ]);
         }
         Ok(t)
+    }
+
+    /// Per recorded model: its first run's bytes reserved at the last step over its warm run's.
+    pub fn first_run_ratios(&self) -> Result<Vec<(String, f64)>, CellError> {
+        let last = |r: &NetworkRecord| r.steps.last().map_or(0, |s| s.reserved) as f64;
+        let mut ratios = Vec::new();
+        for m in self.recorded_models()? {
+            let warm: NetworkRecord = self.json(format!("{MODELS}/{}.json", m.name))?;
+            let cold: NetworkRecord = self.json(format!("{MODELS}/cold/{}.json", m.name))?;
+            ratios.push((m.name, last(&cold) / last(&warm)));
+        }
+        Ok(ratios)
     }
 
     /// The atlas's coverage of each recorded model (how many of the problems its cold run tuned

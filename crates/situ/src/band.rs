@@ -118,6 +118,9 @@ impl Band {
     }
 }
 
+/// A step whose GPU bytes reserved lie outside a band: step, GPU, least, most.
+pub type Outside = (u64, u64, u64, u64);
+
 /// A recorded network replayed from an atlas that lacks some of its problems, held to the GPU:
 /// the predicted bytes in use against the GPU's runs, and the GPU's bytes reserved against the
 /// band.
@@ -133,7 +136,7 @@ pub struct BandCheck {
     /// Steps whose GPU bytes reserved (any run's) lie outside the band widened by the GPU's own
     /// spread (the dry run is one answer; the GPU's runs differ by that much among themselves):
     /// step, GPU, least, most.
-    pub reserved_outside: Vec<(u64, u64, u64, u64)>,
+    pub reserved_outside: Vec<Outside>,
     /// Problems the atlas lacked.
     pub decided: usize,
 }
@@ -218,7 +221,8 @@ fn in_use_outside(
         .chain(band.least.iter())
         .chain(band.most.iter())
         .collect();
-    let figures: [(&'static str, fn(&MeasuredStep) -> u64); 2] = [
+    type Figure = fn(&MeasuredStep) -> u64;
+    let figures: [(&'static str, Figure); 2] = [
         ("in_use_after_forward", |s| s.in_use_after_forward),
         ("in_use_after_backward", |s| s.in_use_after_backward),
     ];
@@ -357,7 +361,7 @@ pub fn replay_cold(
     record: &NetworkRecord,
     spread: u64,
     card: Arc<CardProfile>,
-) -> Result<(ColdBand, Vec<(u64, u64, u64, u64)>), ReplayError> {
+) -> Result<(ColdBand, Vec<Outside>), ReplayError> {
     let (network, plan) = network_plan_for(record, &card)?;
     let band = cold_band(&plan, |p, dir| dry_network(&network, p, card.clone(), dir))?;
     let outside = band
