@@ -298,8 +298,7 @@ impl Atlas {
         let flats: Vec<Flat> = self.entries.iter().map(|e| flat(&e.key)).collect();
         for (i, e) in self.entries.iter().enumerate() {
             let Some(won) = e.winner() else { continue };
-            let predicted =
-                self.predict_by(e, Some(i), |j, _| distance_flat(&flats[j], &flats[i]));
+            let predicted = self.predict_by(e, Some(i), |j, _| distance_flat(&flats[j], &flats[i]));
             let tally = per_tuner.entry(e.tuner.clone()).or_default();
             tally.1 += 1;
             if predicted.pick.name == won.name {
