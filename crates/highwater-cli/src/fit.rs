@@ -62,11 +62,18 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         |m: &Model| quietly(|| dry_band(&plan, &atlas, |p, dir| m.dry_run(p, card.clone(), dir)));
     if a.largest_batch {
         // At the prediction, and at the band's top: the batch that fits whatever the GPU picks.
+        // Both searches try mostly the same batches: each batch's band is run once.
+        let mut bands = std::collections::HashMap::<u64, Band>::new();
         let mut searches = Vec::new();
         for bound in [Bound::Predicted, Bound::Most] {
             let search = situ::dry::largest_batch(MAX_SEARCH_BATCH.max, |batch| {
+                if let Some(b) = bands.get(&batch) {
+                    return Ok(bound.of(b.clone()));
+                }
                 let m = model.with_batch(batch).map_err(anyhow::Error::msg)?;
-                Ok::<_, anyhow::Error>(bound.of(band(&m)?))
+                let b = band(&m)?;
+                bands.insert(batch, b.clone());
+                Ok::<_, anyhow::Error>(bound.of(b))
             })?;
             searches.push(search);
         }
