@@ -233,3 +233,39 @@ impl Book {
         Ok(dirs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> Book {
+        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    }
+
+    #[test]
+    fn every_recorded_model_has_its_cold_run_its_cache_and_a_place_in_the_atlas() {
+        let book = repo();
+        let models = book.recorded_models().unwrap();
+        assert_eq!(models.len(), 6, "{models:?}");
+        let sources = book.atlas_sources().unwrap();
+        let atlas = Atlas::read(&book.path(H200_ATLAS)).unwrap();
+        for m in &models {
+            let own_dir = book.path(format!("{MODELS}/autotune/{}", m.own));
+            assert!(
+                sources.contains(&own_dir),
+                "{} is not an atlas source",
+                m.own
+            );
+            // The atlas merges its sources: every problem the model tuned is in it.
+            let own = Atlas::read(&own_dir).unwrap();
+            assert!(!own.entries.is_empty(), "{}", m.own);
+            assert!(own.entries.iter().all(|e| atlas.holds(e)), "{}", m.own);
+        }
+        let ratios = book.first_run_ratios().unwrap();
+        assert_eq!(ratios.len(), models.len());
+        assert!(
+            ratios.iter().all(|(_, r)| *r >= 0.99),
+            "a first run reserves no less: {ratios:?}"
+        );
+    }
+}
