@@ -32,11 +32,12 @@ pub struct FromAtlas {
 
 impl Book {
     /// `repro/results/models/NAME.json` (with its repeats and its cold run) predicted dry from
-    /// the H200's atlas less the problems its own cold run tuned (`autotune/OWN/`).
-    pub fn from_atlas(&self, name: &str, own: &str) -> Result<FromAtlas, CellError> {
-        let (warm, repeats) = self.with_repeats_in(MODELS, name)?;
+    /// the H200's atlas less the problems its own cold run tuned.
+    pub fn from_atlas(&self, name: &str) -> Result<FromAtlas, CellError> {
+        let (warm, repeats) = self.with_repeats_in::<NetworkRecord>(MODELS, name)?;
         let cold: NetworkRecord = self.json(format!("{MODELS}/cold/{name}.json"))?;
-        let own = Atlas::read(&self.path(format!("{MODELS}/autotune/{own}")))?;
+        let own_dir = format!("{MODELS}/autotune/{}", warm.network()?.cache_name());
+        let own = Atlas::read(&self.path(own_dir))?;
         let atlas = Atlas::read(&self.path(H200_ATLAS))?.without(&own);
         let card = self.h200_card()?;
         let (band, check) = replay_band(&warm, &repeats, card.clone(), &atlas)?;
@@ -121,11 +122,7 @@ impl Book {
             let network = record.network()?;
             models.push(RecordedModel {
                 name: record.name(),
-                own: format!(
-                    "{}-{}",
-                    network.arch.family(),
-                    highwater::recipe::written_name(&network.precision)
-                ),
+                own: network.cache_name(),
             });
         }
         Ok(models)
@@ -185,15 +182,19 @@ impl Book {
             "problems it tuned",
             "held by the atlas's other sources",
         ]);
+        let sources = self
+            .atlas_sources()?
+            .into_iter()
+            .map(|dir| Ok((Atlas::read(&dir)?, dir)))
+            .collect::<Result<Vec<_>, CellError>>()?;
         for m in self.recorded_models()? {
             let own_dir = self.path(format!("{MODELS}/autotune/{}", m.own));
             let own = Atlas::read(&own_dir)?;
             let others = Atlas::merge(
-                self.atlas_sources()?
-                    .into_iter()
-                    .filter(|dir| *dir != own_dir)
-                    .map(|dir| Atlas::read(&dir))
-                    .collect::<Result<Vec<_>, _>>()?,
+                sources
+                    .iter()
+                    .filter(|(_, dir)| *dir != own_dir)
+                    .map(|(a, _)| a.clone()),
             );
             let held = own.entries.iter().filter(|e| others.holds(e)).count();
             t.push([

@@ -219,11 +219,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             .map(|r| read_record(&r))
             .collect::<Result<_>>()?;
         let network = record.network()?;
-        let own_dir = a.dir.join("autotune").join(format!(
-            "{}-{}",
-            network.arch.family(),
-            highwater::recipe::written_name(&network.precision)
-        ));
+        let own_dir = a.dir.join("autotune").join(network.cache_name());
         let own = dryrun::Atlas::read(&own_dir).with_context(|| {
             format!("cannot read {}, the run's own problems", own_dir.display())
         })?;
@@ -276,9 +272,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         let reserved_known = known
             .iter()
             .any(|k| k.run == record.name() && k.figures.iter().any(|f| f == "reserved"));
-        let holds = check.in_use_outside.is_empty()
-            && (check.reserved_outside.is_empty() || reserved_known)
-            && check.in_use.completed.0 == check.in_use.completed.1
+        let holds = (check.holds() || (reserved_known && check.holds_in_use()))
             && cold.is_none_or(|(_, _, inside)| inside);
         if !holds {
             missed += 1;

@@ -460,6 +460,16 @@ impl Network {
         }
     }
 
+    /// The name of the autotune cache a GPU run of this network fills, by family and precision
+    /// (`resnet-f32`): `repro/results/models/autotune/NAME`, as `scripts/gpu-models` keeps it.
+    pub fn cache_name(&self) -> String {
+        format!(
+            "{}-{}",
+            self.arch.family(),
+            crate::recipe::written_name(&self.precision)
+        )
+    }
+
     /// A one-line description: the family and its shapes, the batch, the training.
     pub fn describe(&self) -> String {
         let shape = match &self.arch {

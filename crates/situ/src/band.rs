@@ -118,7 +118,7 @@ impl Band {
     }
 }
 
-/// A step whose GPU bytes reserved lie outside a band: step, GPU, least, most.
+/// A step whose GPU figure lies outside a band: step, GPU, least, most.
 pub type Outside = (u64, u64, u64, u64);
 
 /// A recorded network replayed from an atlas that lacks some of its problems, held to the GPU:
@@ -145,9 +145,12 @@ impl BandCheck {
     /// The GPU's bytes in use and reserved inside the band at every phase of every step, and
     /// the run as long as the GPU's.
     pub fn holds(&self) -> bool {
-        self.in_use_outside.is_empty()
-            && self.reserved_outside.is_empty()
-            && self.in_use.completed.0 == self.in_use.completed.1
+        self.holds_in_use() && self.reserved_outside.is_empty()
+    }
+
+    /// [`BandCheck::holds`] with bytes reserved set aside.
+    pub fn holds_in_use(&self) -> bool {
+        self.in_use_outside.is_empty() && self.in_use.completed.0 == self.in_use.completed.1
     }
 
     /// The prediction's bytes in use are the GPU's, to its spread, at every phase.
@@ -185,16 +188,8 @@ pub fn replay_band(
         .iter()
         .enumerate()
         .flat_map(|(i, &(least, _, most))| {
-            runs.iter().filter_map(move |r| {
-                let gpu = r.steps.get(i)?.reserved;
-                let (l, h) = (least.unwrap_or(0), most.unwrap_or(u64::MAX));
-                (gpu.saturating_add(spread) < l || gpu > h.saturating_add(spread)).then_some((
-                    i as u64 + 1,
-                    gpu,
-                    l,
-                    h,
-                ))
-            })
+            runs.iter()
+                .filter_map(move |r| outside(i, r.steps.get(i)?.reserved, least, most, spread))
         })
         .collect();
     let in_use_outside = in_use_outside(&band, &runs, spread);
@@ -226,19 +221,38 @@ fn in_use_outside(
         ("in_use_after_forward", |s| s.in_use_after_forward),
         ("in_use_after_backward", |s| s.in_use_after_backward),
     ];
-    let mut outside = Vec::new();
+    let mut found = Vec::new();
     for i in 0..band.predicted.steps.len() {
         for (figure, of) in figures {
             let values = dry.iter().filter_map(|o| o.steps.get(i).map(of));
-            let (l, h) = (values.clone().min().unwrap_or(0), values.max().unwrap_or(0));
+            let (l, h) = (values.clone().min(), values.max());
             for gpu in runs.iter().filter_map(|r| r.steps.get(i).map(of)) {
-                if gpu.saturating_add(spread) < l || gpu > h.saturating_add(spread) {
-                    outside.push((i as u64 + 1, figure, gpu, l, h));
+                if let Some((step, gpu, l, h)) = outside(i, gpu, l, h, spread) {
+                    found.push((step, figure, gpu, l, h));
                 }
             }
         }
     }
-    outside
+    found
+}
+
+/// Step `i`'s GPU figure against a band's `least … most` (an edge `None` where that run died
+/// before the step: the band is open on that side) widened by the GPU's `spread`: the step,
+/// the figure and the edges when it lies outside.
+fn outside(
+    i: usize,
+    gpu: u64,
+    least: Option<u64>,
+    most: Option<u64>,
+    spread: u64,
+) -> Option<Outside> {
+    let (l, h) = (least.unwrap_or(0), most.unwrap_or(u64::MAX));
+    (gpu.saturating_add(spread) < l || gpu > h.saturating_add(spread)).then_some((
+        i as u64 + 1,
+        gpu,
+        l,
+        h,
+    ))
 }
 
 /// Trains a model dry with `run` (a plan, the cache folder it starts from) and bands its figures
@@ -369,11 +383,7 @@ pub fn replay_cold(
         .iter()
         .zip(&record.steps)
         .enumerate()
-        .filter_map(|(i, (&(least, most), step))| {
-            let (l, h) = (least.unwrap_or(0), most.unwrap_or(u64::MAX));
-            (step.reserved.saturating_add(spread) < l || step.reserved > h.saturating_add(spread))
-                .then_some((i as u64 + 1, step.reserved, l, h))
-        })
+        .filter_map(|(i, (&(least, most), step))| outside(i, step.reserved, least, most, spread))
         .collect();
     Ok((band, outside))
 }
