@@ -138,6 +138,17 @@ impl CardProfile {
         }
     }
 
+    /// The smallest page the pool can add: CubeCL 0.10's `SubSlices` configuration quarters the
+    /// largest page, rounded up to the alignment, while it is at least 32 MiB, and the last
+    /// quarter is its smallest sliced page (8.7 MiB on the H200).
+    pub fn smallest_page(&self) -> u64 {
+        let mut page = self.memory_properties().max_page_size;
+        while page >= 32 * 1024 * 1024 {
+            page = (page / 4).next_multiple_of(CUDA_ALIGNMENT);
+        }
+        page
+    }
+
     /// The device properties cubecl-cuda 0.10's `DeviceService::init` builds on this card
     /// (`runtime.rs`), step for step, with the driver's answers taken from the profile.
     pub fn device_properties(&self) -> DeviceProperties {

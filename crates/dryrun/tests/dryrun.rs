@@ -71,6 +71,28 @@ fn the_dry_client_reports_the_gpus_properties_and_pool_limits() {
     assert_eq!(DryRuntime::name(&client), "cuda");
 }
 
+/// The smallest page the card's pool adds is the one a small tensor gets: the tolerance that
+/// tells a page from CubeCL's padding accounting (`situ::band`) rests on it.
+#[test]
+fn a_small_tensor_takes_the_smallest_page() {
+    let card = h200();
+    let device = DryDevice::new(
+        card.clone(),
+        card.free_at_start,
+        OnRefusal::Refuse,
+        None,
+        TieBreak::First,
+    )
+    .unwrap();
+    let client = DryRuntime::client(&device);
+    let small = client.empty(1000);
+    client.flush().unwrap();
+    assert_eq!(device.memory().pages(), 1);
+    assert_eq!(device.memory().allocated(), card.smallest_page());
+    assert_eq!(card.smallest_page(), 9_162_240, "8.7 MiB on the H200");
+    drop(small);
+}
+
 #[test]
 fn a_buffer_takes_its_bytes_in_the_pool_and_a_refused_page_is_an_event() {
     let card = h200();

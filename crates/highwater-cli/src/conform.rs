@@ -236,12 +236,12 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                 check.in_use.gpu_spread
             ));
         }
+        let tolerance = situ::band::reserved_tolerance(&card, check.in_use.gpu_spread);
         for (step, gpu, least, most) in &check.reserved_outside {
             outside.push(format!(
-                "{}: step {step}: a GPU run reserved {gpu} B, outside {least} … {most} B (the \
-                 GPU's runs differ by up to {} B)",
+                "{}: step {step}: a GPU run reserved {gpu} B, more than {tolerance} B outside \
+                 {least} … {most} B (less is CubeCL's count of padding, not a page)",
                 record.name(),
-                check.in_use.gpu_spread
             ));
         }
         // Its first run, from an empty cache, against the dry run's cold band.
@@ -253,10 +253,9 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                     .with_context(|| format!("cannot replay {} cold", cold_path.display()))?;
             for (step, gpu, least, most) in &cold_outside {
                 outside.push(format!(
-                    "{} cold: step {step}: the GPU reserved {gpu} B, outside {least} … {most} B \
-                     (the GPU's warm runs differ by up to {} B)",
+                    "{} cold: step {step}: the GPU reserved {gpu} B, more than {tolerance} B \
+                     outside {least} … {most} B (less is CubeCL's count of padding, not a page)",
                     record.name(),
-                    check.in_use.gpu_spread
                 ));
             }
             let gpu = cold.steps.last().map(|s| s.reserved);

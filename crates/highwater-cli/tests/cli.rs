@@ -471,7 +471,8 @@ fn conform_holds_the_simulator_to_the_recorded_gpu_runs() {
 /// the GPU's own spread) at every phase of every step, and the GPU's bytes reserved lie in the
 /// band between every such problem on its leanest and on its hungriest kernel. Its first run on
 /// the GPU, from an empty cache, lies in the band of the dry run from an empty cache (every
-/// problem tuned in the pool, settled on its leanest and on its hungriest kernel).
+/// problem tuned in the pool, settled on its leanest and on its hungriest kernel). Bytes reserved
+/// are held to the pages: `situ::band::reserved_tolerance` says why.
 #[test]
 fn conform_band_holds_models_the_atlas_never_saw() {
     let args = [
@@ -482,15 +483,7 @@ fn conform_band_holds_models_the_atlas_never_saw() {
         "--autotune",
         "repro/cards/h200-atlas",
     ];
-    let mut out = highwater(&args);
-    if !out.status.success() {
-        // CubeBackend's bytes reserved vary by a few hundred bytes from one dry run to the next
-        // (CubeCL's server thread; issue 27), and the band's edges are as tight as the GPU's
-        // spread (0 B for some models): once, under a loaded test run, a run fell just outside.
-        // A second run must hold; the first's table is kept in the test's output.
-        eprintln!("first run:\n{}{}", text(&out.stdout), text(&out.stderr));
-        out = highwater(&args);
-    }
+    let out = highwater(&args);
     assert!(
         out.status.success(),
         "{}{}",
@@ -498,9 +491,13 @@ fn conform_band_holds_models_the_atlas_never_saw() {
         text(&out.stderr)
     );
     let table = text(&out.stdout);
-    assert_eq!(table.matches(" holds").count(), 6, "{table}");
-    // Each row: the warm band and the cold band, both filled.
-    assert_eq!(table.matches(" … ").count(), 12, "{table}");
+    let rows: Vec<&str> = table.lines().skip(2).take(6).collect();
+    for row in &rows {
+        // Each holds outright (no known difference), with its warm band and its cold band.
+        assert!(row.ends_with(" holds"), "{table}");
+        assert_eq!(row.matches(" … ").count(), 2, "{table}");
+    }
+    assert_eq!(rows.len(), 6, "{table}");
 }
 
 /// The dry run (burn's own code on the dry CubeCL runtime, the H200's card profile and autotune

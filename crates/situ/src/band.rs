@@ -133,9 +133,8 @@ pub struct BandCheck {
     /// in use a little (a TMA kernel's output is padded for its copies), so a mispredicted pick
     /// can leave the prediction off by a few kilobytes while the band still holds the GPU.
     pub in_use_outside: Vec<(u64, &'static str, u64, u64, u64)>,
-    /// Steps whose GPU bytes reserved (any run's) lie outside the band widened by the GPU's own
-    /// spread (the dry run is one answer; the GPU's runs differ by that much among themselves):
-    /// step, GPU, least, most.
+    /// Steps whose GPU bytes reserved (any run's) lie outside the band widened by
+    /// [`reserved_tolerance`]: step, GPU, least, most.
     pub reserved_outside: Vec<Outside>,
     /// Problems the atlas lacked.
     pub decided: usize,
@@ -183,13 +182,14 @@ pub fn replay_band(
     );
     let runs: Vec<&NetworkRecord> = std::iter::once(record).chain(repeats).collect();
     let spread = in_use.gpu_spread;
+    let tolerance = reserved_tolerance(&card, spread);
     let reserved_outside = band
         .reserved()
         .iter()
         .enumerate()
         .flat_map(|(i, &(least, _, most))| {
             runs.iter()
-                .filter_map(move |r| outside(i, r.steps.get(i)?.reserved, least, most, spread))
+                .filter_map(move |r| outside(i, r.steps.get(i)?.reserved, least, most, tolerance))
         })
         .collect();
     let in_use_outside = in_use_outside(&band, &runs, spread);
@@ -236,18 +236,32 @@ fn in_use_outside(
     found
 }
 
+/// How far the GPU's bytes reserved may lie outside a band and still be the band's pages: the
+/// GPU's own `spread`, or half the smallest page the pool can add, whichever is larger.
+///
+/// Why pages: CubeCL counts bytes reserved by summing its slices, and a free slice reused for a
+/// smaller tensor drops its old padding from the count (up to 511 B each time; cubecl-runtime
+/// 0.10's `MemoryPage::try_reserve`). The count therefore sits a few hundred bytes to a few
+/// kilobytes below the pages, by an amount that follows the order of frees, which burn's hash
+/// maps change from process to process, on the GPU as dry: the GPU's warm runs of the ResNet
+/// differ by 480 B, and two dry replays of its first run by as much again. A page more or less
+/// moves the count by at least the smallest page (8.7 MiB on the H200).
+pub fn reserved_tolerance(card: &CardProfile, spread: u64) -> u64 {
+    spread.max(card.smallest_page() / 2)
+}
+
 /// Step `i`'s GPU figure against a band's `least … most` (an edge `None` where that run died
-/// before the step: the band is open on that side) widened by the GPU's `spread`: the step,
-/// the figure and the edges when it lies outside.
+/// before the step: the band is open on that side) widened by `tolerance`: the step, the figure
+/// and the edges when it lies outside.
 fn outside(
     i: usize,
     gpu: u64,
     least: Option<u64>,
     most: Option<u64>,
-    spread: u64,
+    tolerance: u64,
 ) -> Option<Outside> {
     let (l, h) = (least.unwrap_or(0), most.unwrap_or(u64::MAX));
-    (gpu.saturating_add(spread) < l || gpu > h.saturating_add(spread)).then_some((
+    (gpu.saturating_add(tolerance) < l || gpu > h.saturating_add(tolerance)).then_some((
         i as u64 + 1,
         gpu,
         l,
@@ -369,8 +383,9 @@ pub fn cold_band(
 }
 
 /// A network's cold record (its first run on the GPU, from an empty cache) replayed cold dry:
-/// the band, and the steps whose GPU bytes reserved lie outside it widened by `spread` (the
-/// GPU's own, across its warm runs: a cold run is made once): step, GPU, least, most.
+/// the band, and the steps whose GPU bytes reserved lie outside it widened by
+/// [`reserved_tolerance`] (`spread` is the GPU's across its warm runs: a cold run is made
+/// once): step, GPU, least, most.
 pub fn replay_cold(
     record: &NetworkRecord,
     spread: u64,
@@ -378,12 +393,13 @@ pub fn replay_cold(
 ) -> Result<(ColdBand, Vec<Outside>), ReplayError> {
     let (network, plan) = network_plan_for(record, &card)?;
     let band = cold_band(&plan, |p, dir| dry_network(&network, p, card.clone(), dir))?;
+    let tolerance = reserved_tolerance(&card, spread);
     let outside = band
         .reserved()
         .iter()
         .zip(&record.steps)
         .enumerate()
-        .filter_map(|(i, (&(least, most), step))| outside(i, step.reserved, least, most, spread))
+        .filter_map(|(i, (&(least, most), step))| outside(i, step.reserved, least, most, tolerance))
         .collect();
     Ok((band, outside))
 }
