@@ -19,6 +19,7 @@ pub mod card;
 pub mod memory;
 mod runtime;
 mod server;
+pub mod traced;
 
 pub use atlas::{Atlas, Entry, Prediction};
 pub use autotune::{AutotuneCache, AutotuneError};

@@ -132,3 +132,39 @@ fn reads_return_zeros_of_the_right_length() {
         "nothing was written: nothing runs"
     );
 }
+
+/// The traced server records each reservation with the pool as the server saw it just before.
+/// The server runs the client's tasks when it gets to them (CubeCL's channel hands them over up
+/// to 32 at a time, or when the client blocks), so what it sees depends on how far it lags: a
+/// release the client made after asking for a reservation, but before the server got to it, is
+/// already seen there. That is the race burn-fusion's bytes reserved depend on (issue 27).
+#[test]
+fn the_traced_server_sees_the_releases_made_before_it_reached_a_reservation() {
+    use cubecl_common::device::Device;
+    use dryrun::traced::{Traced, take_trace};
+    let card = h200();
+    let device = DryDevice::new(
+        card.clone(),
+        card.free_at_start,
+        OnRefusal::Refuse,
+        None,
+        TieBreak::First,
+    )
+    .unwrap();
+    let client = Traced::<DryRuntime>::client(&device);
+    let first = client.empty(4096);
+    let second = client.empty(8192);
+    client.memory_usage().unwrap();
+    drop(first);
+    let third = client.empty(1024);
+    // Released after the third was asked for, before the server got to it.
+    drop(second);
+    let fourth = client.empty(2048);
+    client.memory_usage().unwrap();
+    let trace = take_trace(device.to_id());
+    let seen: Vec<(u64, u64)> = trace.iter().map(|r| (r.size, r.in_use)).collect();
+    assert_eq!(seen, [(4096, 0), (8192, 4096), (1024, 0), (2048, 1024)]);
+    assert!(trace.windows(2).all(|w| w[0].nanos <= w[1].nanos));
+    assert!(take_trace(device.to_id()).is_empty(), "taken once");
+    drop((third, fourth));
+}

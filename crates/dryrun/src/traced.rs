@@ -1,0 +1,276 @@
+//! A CubeCL runtime that records the order its server met reservations and releases in, around
+//! another runtime's server (cubecl-cuda's on the GPU, [`crate::DryRuntime`]'s dry).
+//!
+//! Why: on burn-fusion, what a run reserves depends on whether a tensor burn-fusion's thread
+//! released was already free when the server thread reserved the next one; the two threads race
+//! (issue 27). The server cannot see a release happen, but it can see its result: before each
+//! reservation it reads its stream's pool (bytes in use, bytes reserved), so a trace of the
+//! same program on the GPU and dry shows, reservation by reservation, where the releases the
+//! server had seen differ. The server thread's clock and the launches between reservations say
+//! how far it lagged.
+//!
+//! Reading the pool walks its slices on the server thread, so a traced run lags more than an
+//! untraced one: compare its figures per step with an untraced run before trusting its order.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Instant;
+
+use cubecl_common::bytes::Bytes;
+use cubecl_common::device::{DeviceId, DeviceService, ServerUtilitiesHandle};
+use cubecl_common::future::DynFut;
+use cubecl_common::profile::ProfileDuration;
+use cubecl_common::stream_id::StreamId;
+use cubecl_ir::TargetProperties;
+use cubecl_runtime::allocator::PitchedMemoryLayoutPolicy;
+use cubecl_runtime::client::ComputeClient;
+use cubecl_runtime::memory_management::{ManagedMemoryHandle, MemoryAllocationMode, MemoryUsage};
+use cubecl_runtime::runtime::Runtime;
+use cubecl_runtime::server::{
+    Binding, ComputeServer, CopyDescriptor, CubeCount, ExecutionMode, KernelArguments,
+    ProfileError, ProfilingToken, ServerCommunication, ServerError, ServerUtilities,
+};
+use cubecl_runtime::storage::{ComputeStorage, ManagedResource};
+use cubecl_zspace::{Shape, Strides};
+use serde::{Deserialize, Serialize};
+
+/// One reservation as the server met it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// Bytes asked for.
+    pub size: u64,
+    /// The stream's pool just before: bytes in use (every release the server could see by then
+    /// is subtracted) and bytes reserved.
+    pub in_use: u64,
+    /// See [`Reservation::in_use`].
+    pub reserved: u64,
+    /// Kernels the server launched since the previous reservation.
+    pub launches: u32,
+    /// The server thread's clock, nanoseconds since the server started.
+    pub nanos: u64,
+}
+
+type Trace = Arc<Mutex<Vec<Reservation>>>;
+
+fn traces() -> std::sync::MutexGuard<'static, HashMap<DeviceId, Trace>> {
+    static TRACES: LazyLock<Mutex<HashMap<DeviceId, Trace>>> = LazyLock::new(Default::default);
+    TRACES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every reservation the traced server of `device` met so far, in order; the trace restarts.
+pub fn take_trace(device: DeviceId) -> Vec<Reservation> {
+    traces()
+        .get(&device)
+        .map(|t| std::mem::take(&mut *t.lock().unwrap_or_else(|e| e.into_inner())))
+        .unwrap_or_default()
+}
+
+/// Runtime `R` with its server traced ([`TracedServer`]). Kernels, autotune keys and caches are
+/// `R`'s; its name is "cuda", as both runtimes it wraps here are named.
+#[derive(Debug, Clone)]
+pub struct Traced<R>(PhantomData<R>);
+
+/// A server that records each reservation ([`Reservation`]) and hands every call to `S`.
+pub struct TracedServer<S>
+where
+    S: ComputeServer<Info = (), MemoryLayoutPolicy = PitchedMemoryLayoutPolicy>,
+{
+    inner: S,
+    utilities: Arc<ServerUtilities<Self>>,
+    trace: Trace,
+    start: Instant,
+    launches: u32,
+}
+
+impl<S> DeviceService for TracedServer<S>
+where
+    S: ComputeServer<Info = (), MemoryLayoutPolicy = PitchedMemoryLayoutPolicy>,
+{
+    fn init(id: DeviceId) -> Self {
+        let inner = <S as DeviceService>::init(id);
+        let theirs = ComputeServer::utilities(&inner);
+        let utilities = ServerUtilities::new(
+            theirs.properties.clone(),
+            theirs.logger.clone(),
+            (),
+            PitchedMemoryLayoutPolicy::new(theirs.properties.memory.alignment as usize),
+        );
+        let trace = Trace::default();
+        traces().insert(id, trace.clone());
+        Self {
+            inner,
+            utilities: Arc::new(utilities),
+            trace,
+            start: Instant::now(),
+            launches: 0,
+        }
+    }
+
+    fn utilities(&self) -> ServerUtilitiesHandle {
+        self.utilities.clone() as ServerUtilitiesHandle
+    }
+}
+
+impl<S> std::fmt::Debug for TracedServer<S>
+where
+    S: ComputeServer<Info = (), MemoryLayoutPolicy = PitchedMemoryLayoutPolicy>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TracedServer")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> ServerCommunication for TracedServer<S>
+where
+    S: ComputeServer<Info = (), MemoryLayoutPolicy = PitchedMemoryLayoutPolicy>,
+{
+    const SERVER_COMM_ENABLED: bool = false;
+}
+
+impl<S> ComputeServer for TracedServer<S>
+where
+    S: ComputeServer<Info = (), MemoryLayoutPolicy = PitchedMemoryLayoutPolicy>,
+{
+    type Kernel = S::Kernel;
+    type Info = ();
+    type MemoryLayoutPolicy = PitchedMemoryLayoutPolicy;
+    type Storage = S::Storage;
+
+    fn initialize_memory(&mut self, memory: ManagedMemoryHandle, size: u64, stream_id: StreamId) {
+        // A stream in error reads as an empty pool: the reservation is still in the order.
+        let (in_use, reserved) = self
+            .inner
+            .memory_usage(stream_id)
+            .map_or((0, 0), |u| (u.bytes_in_use, u.bytes_reserved));
+        let reservation = Reservation {
+            size,
+            in_use,
+            reserved,
+            launches: std::mem::take(&mut self.launches),
+            nanos: self.start.elapsed().as_nanos() as u64,
+        };
+        self.trace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(reservation);
+        self.inner.initialize_memory(memory, size, stream_id);
+    }
+
+    fn staging(&mut self, sizes: &[usize], stream_id: StreamId) -> Result<Vec<Bytes>, ServerError> {
+        self.inner.staging(sizes, stream_id)
+    }
+
+    fn logger(&self) -> Arc<cubecl_runtime::logging::ServerLogger> {
+        self.inner.logger()
+    }
+
+    fn utilities(&self) -> Arc<ServerUtilities<Self>> {
+        self.utilities.clone()
+    }
+
+    fn read(
+        &mut self,
+        descriptors: Vec<CopyDescriptor>,
+        stream_id: StreamId,
+    ) -> DynFut<Result<Vec<Bytes>, ServerError>> {
+        self.inner.read(descriptors, stream_id)
+    }
+
+    fn write(&mut self, descriptors: Vec<(CopyDescriptor, Bytes)>, stream_id: StreamId) {
+        self.inner.write(descriptors, stream_id)
+    }
+
+    fn sync(&mut self, stream_id: StreamId) -> DynFut<Result<(), ServerError>> {
+        self.inner.sync(stream_id)
+    }
+
+    fn get_resource(
+        &mut self,
+        binding: Binding,
+        stream_id: StreamId,
+    ) -> Result<ManagedResource<<Self::Storage as ComputeStorage>::Resource>, ServerError> {
+        self.inner.get_resource(binding, stream_id)
+    }
+
+    unsafe fn launch(
+        &mut self,
+        kernel: Self::Kernel,
+        count: CubeCount,
+        bindings: KernelArguments,
+        kind: ExecutionMode,
+        stream_id: StreamId,
+    ) {
+        self.launches += 1;
+        // SAFETY: the caller's guarantees are passed on unchanged.
+        unsafe { self.inner.launch(kernel, count, bindings, kind, stream_id) }
+    }
+
+    fn flush(&mut self, stream_id: StreamId) -> Result<(), ServerError> {
+        self.inner.flush(stream_id)
+    }
+
+    fn memory_usage(&mut self, stream_id: StreamId) -> Result<MemoryUsage, ServerError> {
+        self.inner.memory_usage(stream_id)
+    }
+
+    fn memory_cleanup(&mut self, stream_id: StreamId) {
+        self.inner.memory_cleanup(stream_id)
+    }
+
+    fn start_profile(&mut self, stream_id: StreamId) -> Result<ProfilingToken, ServerError> {
+        self.inner.start_profile(stream_id)
+    }
+
+    fn end_profile(
+        &mut self,
+        stream_id: StreamId,
+        token: ProfilingToken,
+    ) -> Result<ProfileDuration, ProfileError> {
+        self.inner.end_profile(stream_id, token)
+    }
+
+    fn allocation_mode(&mut self, mode: MemoryAllocationMode, stream_id: StreamId) {
+        self.inner.allocation_mode(mode, stream_id)
+    }
+}
+
+impl<R> Runtime for Traced<R>
+where
+    R: Runtime,
+    R::Server: ComputeServer<Info = (), MemoryLayoutPolicy = PitchedMemoryLayoutPolicy>,
+{
+    type Compiler = R::Compiler;
+    type Server = TracedServer<R::Server>;
+    type Device = R::Device;
+
+    fn client(device: &R::Device) -> ComputeClient<Self> {
+        ComputeClient::load(device)
+    }
+
+    fn name(_client: &ComputeClient<Self>) -> &'static str {
+        "cuda"
+    }
+
+    fn require_array_lengths() -> bool {
+        R::require_array_lengths()
+    }
+
+    fn max_cube_count() -> (u32, u32, u32) {
+        R::max_cube_count()
+    }
+
+    fn can_read_tensor(shape: &Shape, strides: &Strides) -> bool {
+        R::can_read_tensor(shape, strides)
+    }
+
+    fn target_properties() -> TargetProperties {
+        R::target_properties()
+    }
+
+    fn enumerate_devices(type_id: u16, info: &()) -> Vec<DeviceId> {
+        R::enumerate_devices(type_id, info)
+    }
+}
