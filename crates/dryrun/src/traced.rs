@@ -18,7 +18,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use cubecl_common::bytes::Bytes;
-use cubecl_common::device::{DeviceId, DeviceService, ServerUtilitiesHandle};
+use cubecl_common::device::{Device, DeviceId, DeviceService, ServerUtilitiesHandle};
 use cubecl_common::future::DynFut;
 use cubecl_common::profile::ProfileDuration;
 use cubecl_common::stream_id::StreamId;
@@ -59,9 +59,9 @@ fn traces() -> std::sync::MutexGuard<'static, HashMap<DeviceId, Trace>> {
 }
 
 /// Every reservation the traced server of `device` met so far, in order; the trace restarts.
-pub fn take_trace(device: DeviceId) -> Vec<Reservation> {
+pub fn take_trace(device: &impl Device) -> Vec<Reservation> {
     traces()
-        .get(&device)
+        .get(&device.to_id())
         .map(|t| std::mem::take(&mut *t.lock().unwrap_or_else(|e| e.into_inner())))
         .unwrap_or_default()
 }

@@ -140,7 +140,6 @@ fn reads_return_zeros_of_the_right_length() {
 /// already seen there. That is the race burn-fusion's bytes reserved depend on (issue 27).
 #[test]
 fn the_traced_server_sees_the_releases_made_before_it_reached_a_reservation() {
-    use cubecl_common::device::Device;
     use dryrun::traced::{Traced, take_trace};
     let card = h200();
     let device = DryDevice::new(
@@ -161,10 +160,10 @@ fn the_traced_server_sees_the_releases_made_before_it_reached_a_reservation() {
     drop(second);
     let fourth = client.empty(2048);
     client.memory_usage().unwrap();
-    let trace = take_trace(device.to_id());
+    let trace = take_trace(&device);
     let seen: Vec<(u64, u64)> = trace.iter().map(|r| (r.size, r.in_use)).collect();
     assert_eq!(seen, [(4096, 0), (8192, 4096), (1024, 0), (2048, 1024)]);
     assert!(trace.windows(2).all(|w| w[0].nanos <= w[1].nanos));
-    assert!(take_trace(device.to_id()).is_empty(), "taken once");
+    assert!(take_trace(&device).is_empty(), "taken once");
     drop((third, fourth));
 }

@@ -348,6 +348,11 @@ pub(crate) struct RerunArgs {
     /// Read the loss and print a step line every N steps.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub log_every: u64,
+    /// With --model: trace the CubeCL server (the pool before each reservation, the launches
+    /// between, the server's clock), written beside the record as NAME.server.json. Reading
+    /// the pool slows the server: compare the record with an untraced run's.
+    #[arg(long, requires = "model")]
+    pub trace_server: bool,
     /// Directory for the record.
     #[arg(long, value_name = "DIR", default_value = "repro/results")]
     pub out: PathBuf,

@@ -99,6 +99,7 @@ fn rerun_network(a: RerunArgs) -> Result<()> {
         network,
         cap: cap.transpose()?,
         log_every: a.log_every,
+        trace_server: a.trace_server,
     };
     let provenance = provenance();
     println!("{}", plan.network.describe());
@@ -113,6 +114,11 @@ fn rerun_network(a: RerunArgs) -> Result<()> {
     bar.finish_and_clear();
     if !record.tuned.is_empty() {
         println!("autotuned {} problems during the run", record.tuned.len());
+    }
+    if a.trace_server {
+        let trace = situ::rerun::take_server_trace();
+        println!("the server met {} reservations", trace.len());
+        write(&a.out, &format!("{}.server", record.name()), &trace)?;
     }
     write(&a.out, &record.name(), &record)
 }

@@ -35,6 +35,12 @@ pub type Fused = burn_cuda::Cuda<f32, i32>;
 pub type CubeBf16 = burn_cubecl::CubeBackend<CudaRuntime, burn::tensor::bf16, i32, u8>;
 /// [`Fused`] in bfloat16.
 pub type FusedBf16 = burn_cuda::Cuda<burn::tensor::bf16, i32>;
+/// cubecl-cuda with its server traced: `NetworkPlan::trace_server`.
+pub type TracedCuda = dryrun::traced::Traced<CudaRuntime>;
+type TracedCube = burn_cubecl::CubeBackend<TracedCuda, f32, i32, u8>;
+type TracedFused = burn_fusion::Fusion<TracedCube>;
+type TracedCubeBf16 = burn_cubecl::CubeBackend<TracedCuda, burn::tensor::bf16, i32, u8>;
+type TracedFusedBf16 = burn_fusion::Fusion<TracedCubeBf16>;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -103,7 +109,7 @@ pub fn rerun(
             seed: plan.seed,
             log_every: plan.log_every,
         };
-        run_on::<B, _>(&run, observer, |device| {
+        run_on::<B, CudaRuntime, _>(&run, observer, |device| {
             WaveStep::new(&plan.recipe, plan.seed, SOFT_CAP, device)
         })
     }
@@ -138,6 +144,14 @@ pub struct NetworkPlan {
     pub cap: Option<u64>,
     /// Read the loss back every this many steps (a trainer's log line).
     pub log_every: u64,
+    /// Train over [`TracedCuda`]: [`take_server_trace`] then gives every reservation in order.
+    pub trace_server: bool,
+}
+
+/// Every reservation the traced server met (`NetworkPlan::trace_server`), in order, with the
+/// pool as it saw it just before.
+pub fn take_server_trace() -> Vec<dryrun::traced::Reservation> {
+    dryrun::traced::take_trace(&CudaDevice::default())
 }
 
 /// Trains `plan`'s network on GPU 0 and returns its record, headed by `provenance`, with the
@@ -148,36 +162,74 @@ pub fn rerun_network(
     observer: &mut dyn Observer,
 ) -> Result<NetworkRecord, RerunError> {
     let n = &plan.network;
-    struct Gpu<'a> {
+    /// On runtime `R` (whose client the probe reads).
+    struct Gpu<'a, R> {
         run: Run,
         observer: &'a mut dyn Observer,
+        _r: std::marker::PhantomData<R>,
     }
-    impl<B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>> WithStep<B> for Gpu<'_> {
+    impl<B, R> WithStep<B> for Gpu<'_, R>
+    where
+        B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>,
+        R: cubecl::Runtime<Device = CudaDevice>,
+    {
         type Output = Result<Outcome, RerunError>;
         fn train<S: TrainingStep<B>>(self, build: impl FnOnce(&CudaDevice) -> S) -> Self::Output {
-            run_on::<B, _>(&self.run, self.observer, build)
+            run_on::<B, R, _>(&self.run, self.observer, build)
         }
     }
-    fn train<B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>>(
+    fn train_on<B, R>(
         plan: &NetworkPlan,
         observer: &mut dyn Observer,
-    ) -> Result<Outcome, RerunError> {
+    ) -> Result<Outcome, RerunError>
+    where
+        B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>,
+        R: cubecl::Runtime<Device = CudaDevice>,
+    {
         let run = Run {
             cap: plan.cap,
             steps: plan.network.steps,
             seed: plan.network.seed,
             log_every: plan.log_every,
         };
-        with_step::<B, _>(&plan.network, Gpu { run, observer })
+        let gpu = Gpu::<R> {
+            run,
+            observer,
+            _r: std::marker::PhantomData,
+        };
+        with_step::<B, _>(&plan.network, gpu)
     }
-    let run = on_precision!(
-        n.precision,
-        n.backend,
-        n.checkpointing,
-        (Cube, Fused),
-        (CubeBf16, FusedBf16),
-        train
-    );
+    fn train<B>(plan: &NetworkPlan, observer: &mut dyn Observer) -> Result<Outcome, RerunError>
+    where
+        B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>,
+    {
+        train_on::<B, CudaRuntime>(plan, observer)
+    }
+    fn traced<B>(plan: &NetworkPlan, observer: &mut dyn Observer) -> Result<Outcome, RerunError>
+    where
+        B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>,
+    {
+        train_on::<B, TracedCuda>(plan, observer)
+    }
+    let run = if plan.trace_server {
+        on_precision!(
+            n.precision,
+            n.backend,
+            n.checkpointing,
+            (TracedCube, TracedFused),
+            (TracedCubeBf16, TracedFusedBf16),
+            traced
+        )
+    } else {
+        on_precision!(
+            n.precision,
+            n.backend,
+            n.checkpointing,
+            (Cube, Fused),
+            (CubeBf16, FusedBf16),
+            train
+        )
+    };
     let before = tuned_so_far();
     let (device, steps, died) = run(plan, observer)?;
     let tuned = tuned_so_far()
@@ -226,18 +278,19 @@ struct Run {
 
 /// Trains the step `build` makes on GPU 0 (the backend seeded first), reading the pool after
 /// every phase, until `run.steps` or the first refused page.
-fn run_on<B, S>(
+fn run_on<B, R, S>(
     run: &Run,
     observer: &mut dyn Observer,
     build: impl FnOnce(&CudaDevice) -> S,
 ) -> Result<Outcome, RerunError>
 where
     B: burn::tensor::backend::AutodiffBackend<Device = CudaDevice>,
+    R: cubecl::Runtime<Device = CudaDevice>,
     S: TrainingStep<B>,
 {
     watch_allocation_failures();
     let device = CudaDevice::default();
-    let mut probe = CudaProbe::<B> {
+    let mut probe = CudaProbe::<B, R> {
         device: device.clone(),
         free_at_start: None,
         _b: std::marker::PhantomData,
@@ -360,14 +413,18 @@ fn watch_allocation_failures() {
 }
 
 /// The pool of backend `B` on one CUDA device.
-struct CudaProbe<B> {
+struct CudaProbe<B, R> {
     device: CudaDevice,
     /// The device's free memory once the ballast is held: what every pool may take.
     free_at_start: Option<u64>,
-    _b: std::marker::PhantomData<B>,
+    _b: std::marker::PhantomData<(B, R)>,
 }
 
-impl<B: burn::tensor::backend::Backend<Device = CudaDevice>> PoolProbe for CudaProbe<B> {
+impl<B, R> PoolProbe for CudaProbe<B, R>
+where
+    B: burn::tensor::backend::Backend<Device = CudaDevice>,
+    R: cubecl::Runtime<Device = CudaDevice>,
+{
     fn sync(&self) -> Result<(), String> {
         B::sync(&self.device).map_err(|e| e.to_string())
     }
@@ -377,7 +434,7 @@ impl<B: burn::tensor::backend::Backend<Device = CudaDevice>> PoolProbe for CudaP
     }
 
     fn usage(&self) -> Result<Option<PoolUsage>, String> {
-        client_usage::<CudaRuntime>(&self.device)
+        client_usage::<R>(&self.device)
     }
 
     /// What the driver has handed out since the start: every stream's pages (the primary
