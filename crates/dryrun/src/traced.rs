@@ -274,3 +274,73 @@ where
         R::enumerate_devices(type_id, info)
     }
 }
+
+/// Two traces of one program (a GPU's and a dry replay's, say) held against each other,
+/// reservation by reservation: where the releases their servers had seen part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Comparison {
+    /// Reservations in each trace.
+    pub reservations: (usize, usize),
+    /// Both asked for the same sizes in the same order (else the rest compares a prefix).
+    pub same_requests: bool,
+    /// The first reservation where the bytes in use the servers saw differ: its index, and
+    /// the first trace's and the second's.
+    pub first_in_use_difference: Option<(usize, u64, u64)>,
+    /// The first where bytes reserved differ, likewise.
+    pub first_reserved_difference: Option<(usize, u64, u64)>,
+    /// Reservations at which the second trace's server had seen more releases than the
+    /// first's (less in use), and fewer.
+    pub more_released: usize,
+    /// See [`Comparison::more_released`].
+    pub fewer_released: usize,
+}
+
+/// Holds trace `b` to trace `a` ([`Comparison`]).
+pub fn compare(a: &[Reservation], b: &[Reservation]) -> Comparison {
+    let n = a.len().min(b.len());
+    let same_requests = a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.size == y.size);
+    let first = |of: fn(&Reservation) -> u64| {
+        a.iter()
+            .zip(b)
+            .enumerate()
+            .find(|(_, (x, y))| of(x) != of(y))
+            .map(|(i, (x, y))| (i, of(x), of(y)))
+    };
+    let pairs = || a[..n].iter().zip(&b[..n]);
+    Comparison {
+        reservations: (a.len(), b.len()),
+        same_requests,
+        first_in_use_difference: first(|r| r.in_use),
+        first_reserved_difference: first(|r| r.reserved),
+        more_released: pairs().filter(|(x, y)| y.in_use < x.in_use).count(),
+        fewer_released: pairs().filter(|(x, y)| y.in_use > x.in_use).count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(size: u64, in_use: u64, reserved: u64) -> Reservation {
+        Reservation {
+            size,
+            in_use,
+            reserved,
+            launches: 0,
+            nanos: 0,
+        }
+    }
+
+    #[test]
+    fn a_comparison_finds_where_the_servers_saw_different_releases() {
+        let gpu = [r(8, 0, 0), r(8, 8, 512), r(4, 0, 512), r(4, 4, 512)];
+        let dry = [r(8, 0, 0), r(8, 8, 512), r(4, 8, 1024), r(4, 4, 1024)];
+        let c = compare(&gpu, &dry);
+        assert!(c.same_requests);
+        assert_eq!(c.first_in_use_difference, Some((2, 0, 8)));
+        assert_eq!(c.first_reserved_difference, Some((2, 512, 1024)));
+        assert_eq!((c.more_released, c.fewer_released), (0, 1));
+        assert_eq!(compare(&gpu, &gpu).first_in_use_difference, None);
+        assert!(!compare(&gpu, &dry[..3]).same_requests);
+    }
+}

@@ -34,6 +34,9 @@ pub(crate) enum Command {
     /// Merges GPU autotune caches into the card's atlas: what each source's problems the others
     /// hold, and how often the miss policy names the GPU's pick (each problem left out).
     Atlas(AtlasArgs),
+    /// Holds dry replays of a burn-fusion record to its traced GPU run (`rerun --trace-server`),
+    /// reservation by reservation: where the releases the servers had seen part.
+    Order(OrderArgs),
     /// Trains a recipe or a decoder on the GPU (burn-cuda) and records its pool step by step.
     #[cfg(feature = "cuda")]
     Rerun(RerunArgs),
@@ -178,6 +181,28 @@ pub(crate) struct ConformArgs {
     /// GPU's spread, the GPU's bytes reserved between the least and the most of the band.
     #[arg(long, requires = "dry")]
     pub band: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  \
+    highwater order repro/results/fusion/order/decoder-decoder-fusion-none-b16.json --replays 5\n\n\
+    The GPU's trace is the record's NAME.server.json beside it. Per replay: bytes reserved at \
+    the end of each step less the GPU's, the first reservation where the servers saw different \
+    bytes in use, and at how many the dry server had seen more releases than the GPU's, or \
+    fewer.")]
+pub(crate) struct OrderArgs {
+    /// A network record made with `highwater rerun --trace-server`.
+    #[arg(value_name = "RECORD")]
+    pub record: PathBuf,
+    /// Dry replays.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub replays: u64,
+    /// The card profile recorded on the GPU that ran it.
+    #[arg(long, value_name = "PATH", default_value = "repro/cards/h200.json")]
+    pub card: PathBuf,
+    /// That GPU's autotune cache (a `device-0-0-cuda` folder), as the record's run had it.
+    #[arg(long, value_name = "DIR", default_value = "repro/cards/h200-autotune")]
+    pub autotune: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -26,6 +26,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Conform(a) => crate::conform::conform(a),
         Command::Fit(a) => crate::fit::fit(a),
         Command::Atlas(a) => crate::atlas::atlas(a),
+        Command::Order(a) => crate::order::order(a),
         #[cfg(feature = "cuda")]
         Command::Rerun(a) => crate::rerun::rerun(a),
     }

@@ -31,6 +31,8 @@
 //!   that does and says where the next one dies (see `situ::dry`).
 //! * `rerun` (built with `--features cuda`) trains the recipe, or a network file, on burn-cuda and
 //!   writes the record (see `situ::rerun`).
+//! * `order` replays a burn-fusion record traced on the GPU dry, with the server traced, and
+//!   says where the releases the two servers had seen part (see `dryrun::traced`).
 //! * `atlas` merges autotune caches recorded on a GPU into the card's atlas, the kernel choices
 //!   `fit` starts from (see `dryrun::atlas`).
 //!
@@ -46,6 +48,7 @@ mod commands;
 mod conform;
 mod fit;
 mod input;
+mod order;
 mod quiet;
 #[cfg(feature = "cuda")]
 mod rerun;

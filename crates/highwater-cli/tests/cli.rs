@@ -653,3 +653,35 @@ fn a_closed_pipe_ends_quietly() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }
+
+/// The decoder traced on the H200 (repro/results/fusion/order) held to dry replays traced the
+/// same way: burn asks the dry server for the GPU's reservations, size for size, in the same
+/// order (what the servers had seen released at each, and so the bytes reserved, may differ:
+/// issue 27).
+#[test]
+fn order_holds_dry_replays_to_the_gpus_trace() {
+    let out = highwater(&[
+        "order",
+        "repro/results/fusion/order/decoder-decoder-fusion-none-b16.json",
+        "--replays",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table
+            .starts_with("decoder-decoder-fusion-none-b16: the GPU's server met 2281 reservations"),
+        "{table}"
+    );
+    let rows: Vec<&str> = table.lines().skip(3).collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    for row in rows {
+        let cells: Vec<&str> = row.split("  ").filter(|c| !c.trim().is_empty()).collect();
+        assert_eq!(cells[2].trim(), "yes", "the same requests: {table}");
+        let per_step: Vec<i64> = cells[1]
+            .split_whitespace()
+            .map(|d| d.parse().unwrap())
+            .collect();
+        assert_eq!(per_step.len(), 2, "{table}");
+    }
+}

@@ -44,6 +44,12 @@ pub type DryFusion = Fusion<DryCube>;
 pub type DryCubeBf16 = CubeBackend<DryRuntime, burn::tensor::bf16, i32, u8>;
 /// [`DryFusion`] in bfloat16.
 pub type DryFusionBf16 = Fusion<DryCubeBf16>;
+/// The dry runtime with its server traced ([`dry_network_traced`]).
+pub type TracedDry = dryrun::traced::Traced<DryRuntime>;
+type TracedDryCube = CubeBackend<TracedDry, f32, i32, u8>;
+type TracedDryFusion = Fusion<TracedDryCube>;
+type TracedDryCubeBf16 = CubeBackend<TracedDry, burn::tensor::bf16, i32, u8>;
+type TracedDryFusionBf16 = Fusion<TracedDryCubeBf16>;
 
 /// The dry device's pool now (buffers and bytes in use, bytes reserved), once what is queued has
 /// run: for measuring a program of one's own between two points.
@@ -101,6 +107,8 @@ pub struct DryOutcome {
     pub peak_bytes: u64,
     /// Problems autotuned on the dry device because the GPU's cache lacked them.
     pub autotune_misses: Vec<Entry>,
+    /// Every reservation its server met, in order ([`dry_network_traced`]; empty otherwise).
+    pub server_trace: Vec<dryrun::traced::Reservation>,
 }
 
 impl DryOutcome {
@@ -171,34 +179,13 @@ pub fn dry_network(
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<DryOutcome, AutotuneError> {
-    struct Dry<'a> {
-        plan: &'a DryPlan,
-        card: Arc<CardProfile>,
-        autotune: Option<&'a Path>,
-    }
-    impl<B: AutodiffBackend<Device = DryDevice>> WithStep<B> for Dry<'_> {
-        type Output = Result<DryOutcome, AutotuneError>;
-        fn train<S: crate::train::TrainingStep<B>>(
-            self,
-            build: impl FnOnce(&DryDevice) -> S,
-        ) -> Self::Output {
-            dry_train::<B, _>(self.plan, self.card, self.autotune, build)
-        }
-    }
     fn train<B: AutodiffBackend<Device = DryDevice>>(
         network: &highwater::network::Network,
         plan: &DryPlan,
         card: Arc<CardProfile>,
         autotune: Option<&Path>,
     ) -> Result<DryOutcome, AutotuneError> {
-        with_step::<B, _>(
-            network,
-            Dry {
-                plan,
-                card,
-                autotune,
-            },
-        )
+        with_step::<B, _>(network, Dry::<DryRuntime>::new(plan, card, autotune))
     }
     let run = on_precision!(
         network.precision,
@@ -209,6 +196,67 @@ pub fn dry_network(
         train
     );
     run(network, plan, card, autotune)
+}
+
+/// [`dry_network`] with the server traced ([`dryrun::traced`]): [`DryOutcome::server_trace`]
+/// holds every reservation the server met, in order, with the pool as it saw it just before, to
+/// hold to a traced GPU run's (`highwater rerun --trace-server`).
+pub fn dry_network_traced(
+    network: &highwater::network::Network,
+    plan: &DryPlan,
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+) -> Result<DryOutcome, AutotuneError> {
+    fn train<B: AutodiffBackend<Device = DryDevice>>(
+        network: &highwater::network::Network,
+        plan: &DryPlan,
+        card: Arc<CardProfile>,
+        autotune: Option<&Path>,
+    ) -> Result<DryOutcome, AutotuneError> {
+        with_step::<B, _>(network, Dry::<TracedDry>::new(plan, card, autotune))
+    }
+    let run = on_precision!(
+        network.precision,
+        network.backend,
+        network.checkpointing,
+        (TracedDryCube, TracedDryFusion),
+        (TracedDryCubeBf16, TracedDryFusionBf16),
+        train
+    );
+    run(network, plan, card, autotune)
+}
+
+/// A network's training, dry, on runtime `R` (whose client the probe reads).
+struct Dry<'a, R> {
+    plan: &'a DryPlan,
+    card: Arc<CardProfile>,
+    autotune: Option<&'a Path>,
+    _r: std::marker::PhantomData<R>,
+}
+
+impl<'a, R> Dry<'a, R> {
+    fn new(plan: &'a DryPlan, card: Arc<CardProfile>, autotune: Option<&'a Path>) -> Self {
+        Self {
+            plan,
+            card,
+            autotune,
+            _r: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<B, R> WithStep<B> for Dry<'_, R>
+where
+    B: AutodiffBackend<Device = DryDevice>,
+    R: cubecl::Runtime<Device = DryDevice>,
+{
+    type Output = Result<DryOutcome, AutotuneError>;
+    fn train<S: crate::train::TrainingStep<B>>(
+        self,
+        build: impl FnOnce(&DryDevice) -> S,
+    ) -> Self::Output {
+        dry_train_on::<B, R, _>(self.plan, self.card, self.autotune, build)
+    }
 }
 
 /// A model the dry run trains from its file: a network, or the wave's expert stack.
@@ -361,6 +409,21 @@ where
     B: AutodiffBackend<Device = DryDevice>,
     S: TrainingStep<B>,
 {
+    dry_train_on::<B, DryRuntime, S>(plan, card, autotune, build)
+}
+
+/// [`dry_train`] over runtime `R`: [`DryRuntime`], or it traced.
+fn dry_train_on<B, R, S>(
+    plan: &DryPlan,
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+    build: impl FnOnce(&DryDevice) -> S,
+) -> Result<DryOutcome, AutotuneError>
+where
+    B: AutodiffBackend<Device = DryDevice>,
+    R: cubecl::Runtime<Device = DryDevice>,
+    S: TrainingStep<B>,
+{
     let device = DryDevice::new(
         card,
         plan.capacity,
@@ -369,10 +432,10 @@ where
         plan.tie_break,
     )?;
     let memory = device.memory();
-    let probe = DryProbe::<B>::new(device.clone());
+    let probe = DryProbe::<B, R>::new(device.clone());
     let mut peak_in_use = Vec::new();
     let mut pages = Vec::new();
-    let outcome = |steps, peak_in_use, pages, died, probe: DryProbe<B>| DryOutcome {
+    let outcome = |steps, peak_in_use, pages, died, probe: DryProbe<B, R>| DryOutcome {
         steps,
         peak_in_use,
         pages,
@@ -380,6 +443,7 @@ where
         refused: probe.refused.take(),
         peak_bytes: memory.peak(),
         autotune_misses: device.autotune_misses(),
+        server_trace: dryrun::traced::take_trace(&device),
     };
     let created = catch_unwind(AssertUnwindSafe(|| {
         B::seed(&device, plan.seed);
@@ -462,15 +526,15 @@ fn refusal_message(oom: OutOfMemory) -> String {
 }
 
 /// Reads the dry device's pool and files its refusals under the step and phase running.
-struct DryProbe<B> {
+struct DryProbe<B, R> {
     device: DryDevice,
     step: Cell<u64>,
     phase: Cell<Phase>,
     refused: RefCell<Vec<Refusal>>,
-    _b: std::marker::PhantomData<B>,
+    _b: std::marker::PhantomData<(B, R)>,
 }
 
-impl<B: burn::tensor::backend::Backend<Device = DryDevice>> DryProbe<B> {
+impl<B: burn::tensor::backend::Backend<Device = DryDevice>, R> DryProbe<B, R> {
     fn new(device: DryDevice) -> Self {
         Self {
             device,
@@ -511,7 +575,11 @@ impl<B: burn::tensor::backend::Backend<Device = DryDevice>> DryProbe<B> {
     }
 }
 
-impl<B: burn::tensor::backend::Backend<Device = DryDevice>> PoolProbe for DryProbe<B> {
+impl<B, R> PoolProbe for DryProbe<B, R>
+where
+    B: burn::tensor::backend::Backend<Device = DryDevice>,
+    R: cubecl::Runtime<Device = DryDevice>,
+{
     fn sync(&self) -> Result<(), String> {
         B::sync(&self.device).map_err(|e| e.to_string())
     }
@@ -522,7 +590,7 @@ impl<B: burn::tensor::backend::Backend<Device = DryDevice>> PoolProbe for DryPro
     }
 
     fn usage(&self) -> Result<Option<PoolUsage>, String> {
-        client_usage::<DryRuntime>(&self.device)
+        client_usage::<R>(&self.device)
     }
 
     /// Every stream's pages on the dry card.
@@ -629,6 +697,17 @@ pub fn replay_network(
     let outcome = dry_network(&network, &plan, card, autotune)?;
     let exactness = exactness(record, repeats, &outcome.steps, outcome.died.as_ref());
     Ok((outcome, exactness))
+}
+
+/// [`replay_network`] with the server traced: the outcome's [`DryOutcome::server_trace`] is every
+/// reservation in order, to hold to the GPU's (`highwater rerun --trace-server`).
+pub fn replay_network_traced(
+    record: &NetworkRecord,
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+) -> Result<DryOutcome, ReplayError> {
+    let (network, plan) = network_plan_for(record, &card)?;
+    Ok(dry_network_traced(&network, &plan, card, autotune)?)
 }
 
 /// Replays `record` dry on `card` and holds it to the record, byte for byte, or within what

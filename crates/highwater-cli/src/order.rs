@@ -1,0 +1,69 @@
+//! `highwater order`: dry replays of a record traced on the GPU, held to its trace.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use dryrun::traced::{Reservation, compare};
+use highwater::conform::NetworkRecord;
+
+use crate::args::OrderArgs;
+use crate::quiet::{quiet_device_threads, quietly};
+use crate::table::{Align, render};
+
+pub(crate) fn order(a: OrderArgs) -> Result<()> {
+    let record: NetworkRecord = read_json(&a.record)?;
+    let trace_path = a.record.with_extension("server.json");
+    let gpu: Vec<Reservation> = read_json(&trace_path)
+        .context("the GPU's trace: made by `highwater rerun --trace-server`")?;
+    let card = Arc::new(dryrun::CardProfile::read(&a.card)?);
+    quiet_device_threads();
+    println!(
+        "{}: the GPU's server met {} reservations",
+        record.name(),
+        gpu.len()
+    );
+    let mut rows = Vec::new();
+    for replay in 1..=a.replays {
+        let outcome =
+            quietly(|| situ::dry::replay_network_traced(&record, card.clone(), Some(&a.autotune)))
+                .with_context(|| format!("cannot replay {}", a.record.display()))?;
+        let c = compare(&gpu, &outcome.server_trace);
+        let reserved: Vec<String> = record
+            .steps
+            .iter()
+            .zip(&outcome.steps)
+            .map(|(g, d)| (d.reserved as i64 - g.reserved as i64).to_string())
+            .collect();
+        let first = |d: Option<(usize, u64, u64)>| {
+            d.map_or("none".into(), |(i, g, d)| {
+                format!("#{i}: {} B", d as i64 - g as i64)
+            })
+        };
+        rows.push(vec![
+            replay.to_string(),
+            reserved.join(" "),
+            if c.same_requests { "yes" } else { "no" }.into(),
+            first(c.first_in_use_difference),
+            first(c.first_reserved_difference),
+            c.more_released.to_string(),
+            c.fewer_released.to_string(),
+        ]);
+    }
+    let headers = [
+        ("replay", Align::Right),
+        ("reserved − GPU, per step (B)", Align::Left),
+        ("same requests", Align::Left),
+        ("first in use apart", Align::Left),
+        ("first reserved apart", Align::Left),
+        ("more released", Align::Right),
+        ("fewer released", Align::Right),
+    ];
+    print!("{}", render(&headers, &rows));
+    Ok(())
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))
+}
