@@ -12,6 +12,18 @@ fn h200() -> Arc<CardProfile> {
     Arc::new(CardProfile::read(&path).expect("the committed H200 profile reads"))
 }
 
+/// A dry device on all of `card`'s free memory, from an empty autotune cache.
+fn whole_card(card: &Arc<CardProfile>) -> DryDevice {
+    DryDevice::new(
+        card.clone(),
+        card.free_at_start,
+        OnRefusal::Refuse,
+        None,
+        TieBreak::First,
+    )
+    .unwrap()
+}
+
 #[test]
 fn the_properties_derived_from_the_profile_are_the_gpus() {
     let card = h200();
@@ -54,14 +66,7 @@ fn a_card_with_other_memory_sizes_its_pools_from_its_own_total() {
 #[test]
 fn the_dry_client_reports_the_gpus_properties_and_pool_limits() {
     let card = h200();
-    let device = DryDevice::new(
-        card.clone(),
-        card.free_at_start,
-        OnRefusal::Refuse,
-        None,
-        TieBreak::First,
-    )
-    .unwrap();
+    let device = whole_card(&card);
     let client = DryRuntime::client(&device);
     assert_eq!(client.properties().checksum(), card.properties_checksum);
     assert_eq!(
@@ -76,14 +81,7 @@ fn the_dry_client_reports_the_gpus_properties_and_pool_limits() {
 #[test]
 fn a_small_tensor_takes_the_smallest_page() {
     let card = h200();
-    let device = DryDevice::new(
-        card.clone(),
-        card.free_at_start,
-        OnRefusal::Refuse,
-        None,
-        TieBreak::First,
-    )
-    .unwrap();
+    let device = whole_card(&card);
     let client = DryRuntime::client(&device);
     let small = client.empty(1000);
     client.flush().unwrap();
@@ -142,14 +140,7 @@ fn reads_return_zeros_of_the_right_length() {
 fn the_traced_server_sees_the_releases_made_before_it_reached_a_reservation() {
     use dryrun::traced::{Traced, take_trace};
     let card = h200();
-    let device = DryDevice::new(
-        card.clone(),
-        card.free_at_start,
-        OnRefusal::Refuse,
-        None,
-        TieBreak::First,
-    )
-    .unwrap();
+    let device = whole_card(&card);
     let client = Traced::<DryRuntime>::client(&device);
     let first = client.empty(4096);
     let second = client.empty(8192);
