@@ -49,6 +49,12 @@ pub struct Reservation {
     pub launches: u32,
     /// The server thread's clock, nanoseconds since the server started.
     pub nanos: u64,
+    /// What the reservation added to the bytes reserved: 0 when a free slice took it, a page
+    /// when it opened one (give or take the padding CubeCL's count drops). Only the server
+    /// reserves, so nothing else moves the count meanwhile. `None` in traces made before it
+    /// was recorded.
+    #[serde(default)]
+    pub grew: Option<u64>,
 }
 
 type Trace = Arc<Mutex<Vec<Reservation>>>;
@@ -145,18 +151,21 @@ where
             .inner
             .memory_usage(stream_id)
             .map_or((0, 0), |u| (u.bytes_in_use, u.bytes_reserved));
+        let nanos = self.start.elapsed().as_nanos() as u64;
+        self.inner.initialize_memory(memory, size, stream_id);
+        let after = self.inner.memory_usage(stream_id).map(|u| u.bytes_reserved);
         let reservation = Reservation {
             size,
             in_use,
             reserved,
             launches: std::mem::take(&mut self.launches),
-            nanos: self.start.elapsed().as_nanos() as u64,
+            nanos,
+            grew: after.ok().map(|a| a.saturating_sub(reserved)),
         };
         self.trace
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(reservation);
-        self.inner.initialize_memory(memory, size, stream_id);
     }
 
     fn staging(&mut self, sizes: &[usize], stream_id: StreamId) -> Result<Vec<Bytes>, ServerError> {
@@ -288,12 +297,20 @@ pub struct Comparison {
     pub first_in_use_difference: Option<(usize, u64, u64)>,
     /// The first where bytes reserved differ, likewise.
     pub first_reserved_difference: Option<(usize, u64, u64)>,
+    /// The first where one reservation grew the pool and the other did not, or by other
+    /// amounts (by a page or more: less is CubeCL's count of padding), likewise: the first
+    /// tensor the runs placed apart. `None` also when a trace does not record it.
+    pub first_placed_apart: Option<(usize, u64, u64)>,
     /// Reservations at which the second trace's server had seen more releases than the
     /// first's (less in use), and fewer.
     pub more_released: usize,
     /// See [`Comparison::more_released`].
     pub fewer_released: usize,
 }
+
+/// Growths this far apart are a page apart: at least a megabyte (CubeCL's smallest page is the
+/// card's memory over 4⁸ or more, 8.7 MiB on the H200), far above the padding its count drops.
+const PLACED_APART: u64 = 1 << 20;
 
 /// Holds trace `b` to trace `a` ([`Comparison`]).
 pub fn compare(a: &[Reservation], b: &[Reservation]) -> Comparison {
@@ -307,11 +324,16 @@ pub fn compare(a: &[Reservation], b: &[Reservation]) -> Comparison {
             .map(|(i, (x, y))| (i, of(x), of(y)))
     };
     let pairs = || a[..n].iter().zip(&b[..n]);
+    let first_placed_apart = pairs().enumerate().find_map(|(i, (x, y))| {
+        let (gx, gy) = (x.grew?, y.grew?);
+        (gx.abs_diff(gy) >= PLACED_APART).then_some((i, gx, gy))
+    });
     Comparison {
         reservations: (a.len(), b.len()),
         same_requests,
         first_in_use_difference: first(|r| r.in_use),
         first_reserved_difference: first(|r| r.reserved),
+        first_placed_apart,
         more_released: pairs().filter(|(x, y)| y.in_use < x.in_use).count(),
         fewer_released: pairs().filter(|(x, y)| y.in_use > x.in_use).count(),
     }
@@ -328,6 +350,7 @@ mod tests {
             reserved,
             launches: 0,
             nanos: 0,
+            grew: None,
         }
     }
 
@@ -342,5 +365,20 @@ mod tests {
         assert_eq!((c.more_released, c.fewer_released), (0, 1));
         assert_eq!(compare(&gpu, &gpu).first_in_use_difference, None);
         assert!(!compare(&gpu, &dry[..3]).same_requests);
+        assert_eq!(c.first_placed_apart, None, "neither records its growth");
+    }
+
+    #[test]
+    fn the_first_tensor_placed_apart_is_the_first_page_one_opened_and_the_other_did_not() {
+        let grew = |size, in_use, grew| Reservation {
+            grew: Some(grew),
+            ..r(size, in_use, 0)
+        };
+        let page = 9 << 20;
+        let gpu = [grew(8, 0, page), grew(8 << 20, 8, 0), grew(8, 0, 96)];
+        let dry = [grew(8, 0, page), grew(8 << 20, 8, page), grew(8, 0, 0)];
+        assert_eq!(compare(&gpu, &dry).first_placed_apart, Some((1, 0, page)));
+        // A few hundred bytes of padding are not a page.
+        assert_eq!(compare(&gpu[2..], &dry[2..]).first_placed_apart, None);
     }
 }

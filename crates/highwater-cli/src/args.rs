@@ -187,9 +187,10 @@ pub(crate) struct ConformArgs {
 #[command(after_help = "Example:\n  \
     highwater order repro/results/fusion/order/decoder-decoder-fusion-none-b16.json --replays 5\n\n\
     The GPU's trace is the record's NAME.server.json beside it. Per replay: bytes reserved at \
-    the end of each step less the GPU's, the first reservation where the servers saw different \
-    bytes in use, and at how many the dry server had seen more releases than the GPU's, or \
-    fewer.")]
+    the end of each step less the GPU's; the first reservation where the servers saw different \
+    bytes in use, different bytes reserved, and where one opened a page and the other did not \
+    (\"none\" also when the GPU's trace predates that field); and at how many reservations the \
+    dry server had seen more releases than the GPU's, or fewer.")]
 pub(crate) struct OrderArgs {
     /// A network record made with `highwater rerun --trace-server`.
     #[arg(value_name = "RECORD")]

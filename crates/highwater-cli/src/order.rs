@@ -23,11 +23,18 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
         gpu.len()
     );
     let mut rows = Vec::new();
+    // Where each replay placed a tensor apart from the first replay: dry against dry.
+    let mut first_trace = None;
+    let mut apart_from_first = Vec::new();
     for replay in 1..=a.replays {
         let outcome =
             quietly(|| situ::dry::replay_network_traced(&record, card.clone(), Some(&a.autotune)))
                 .with_context(|| format!("cannot replay {}", a.record.display()))?;
         let c = compare(&gpu, &outcome.server_trace);
+        match &first_trace {
+            None => first_trace = Some(outcome.server_trace.clone()),
+            Some(t) => apart_from_first.push(compare(t, &outcome.server_trace).first_placed_apart),
+        }
         let reserved: Vec<String> = record
             .steps
             .iter()
@@ -45,6 +52,7 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
             if c.same_requests { "yes" } else { "no" }.into(),
             first(c.first_in_use_difference),
             first(c.first_reserved_difference),
+            first(c.first_placed_apart),
             c.more_released.to_string(),
             c.fewer_released.to_string(),
         ]);
@@ -55,10 +63,22 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
         ("same requests", Align::Left),
         ("first in use apart", Align::Left),
         ("first reserved apart", Align::Left),
+        ("first placed apart", Align::Left),
         ("more released", Align::Right),
         ("fewer released", Align::Right),
     ];
-    print!("{}", render(&headers, &rows));
+    println!("{}", render(&headers, &rows).trim_end());
+    if !apart_from_first.is_empty() {
+        let at: Vec<String> = apart_from_first
+            .iter()
+            .map(|d| d.map_or("none".into(), |(i, _, _)| format!("#{i}")))
+            .collect();
+        println!(
+            "dry against dry, replays 2–{} against the first: first placed apart at {}",
+            a.replays,
+            at.join(", ")
+        );
+    }
     Ok(())
 }
 
