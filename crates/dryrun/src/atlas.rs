@@ -316,7 +316,7 @@ impl Atlas {
 /// candidate by a timing, and candidates within noise of each other trade places from one
 /// tuning to the next, so a pick the card does not repeat cannot be predicted either: this is
 /// the ceiling of any miss policy's accuracy.
-pub fn retuned(sources: &[Atlas]) -> Retuned {
+pub fn retuned<'a>(sources: impl IntoIterator<Item = &'a Atlas>) -> Retuned {
     let mut winners: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for source in sources {
         for e in &source.entries {

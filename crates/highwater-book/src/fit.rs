@@ -41,7 +41,7 @@ impl Book {
         let atlas = Atlas::read(&self.path(H200_ATLAS))?.without(&own);
         let card = self.h200_card()?;
         let (band, check) = replay_band(&warm, &repeats, card.clone(), &atlas)?;
-        let (cold_band, cold_outside) = replay_cold(&cold, check.in_use.gpu_spread, card)?;
+        let (cold_band, cold_outside) = replay_cold(&cold, check.reserved_tolerance, card)?;
         Ok(FromAtlas {
             agreement: band.agreement(&own),
             warm,

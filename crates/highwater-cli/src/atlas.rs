@@ -29,7 +29,7 @@ pub(crate) fn atlas(a: AtlasArgs) -> Result<()> {
     }
     println!("{}", coverage(&sources));
     println!("{}", leave_one_out(&atlas));
-    let r = dryrun::atlas::retuned(&sources.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>());
+    let r = dryrun::atlas::retuned(sources.iter().map(|(_, a)| a));
     println!(
         "the card against itself: {} problems tuned by more than one source, {} of them won by \
          different kernels",

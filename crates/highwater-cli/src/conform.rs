@@ -192,12 +192,17 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// A band's `least … most` (`–` for an edge whose run died before).
+fn span(least: Option<u64>, most: Option<u64>) -> String {
+    let edge = |b: Option<u64>| b.map_or("–".into(), size);
+    format!("{} … {}", edge(least), edge(most))
+}
+
 /// Every network record predicted from the atlas less its own problems, and held to its band.
 fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     let card = std::sync::Arc::new(dryrun::CardProfile::read(&a.card)?);
     let atlas = dryrun::Atlas::read(&a.autotune)
         .with_context(|| format!("cannot read the atlas {}", a.autotune.display()))?;
-    let known = known_dry(&a.dir)?;
     quiet_device_threads();
     let repeat_dirs = repeat_dirs(&a.dir.join(REPEATS))?;
     let networks: Vec<&PathBuf> = files
@@ -236,7 +241,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                 check.in_use.gpu_spread
             ));
         }
-        let tolerance = situ::band::reserved_tolerance(&card, check.in_use.gpu_spread);
+        let tolerance = check.reserved_tolerance;
         for (step, gpu, least, most) in &check.reserved_outside {
             outside.push(format!(
                 "{}: step {step}: a GPU run reserved {gpu} B, more than {tolerance} B outside \
@@ -249,7 +254,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         let cold = if cold_path.exists() {
             let cold: NetworkRecord = read_record(&cold_path)?;
             let (band, cold_outside) =
-                quietly(|| situ::band::replay_cold(&cold, check.in_use.gpu_spread, card.clone()))
+                quietly(|| situ::band::replay_cold(&cold, tolerance, card.clone()))
                     .with_context(|| format!("cannot replay {} cold", cold_path.display()))?;
             for (step, gpu, least, most) in &cold_outside {
                 outside.push(format!(
@@ -267,12 +272,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         } else {
             None
         };
-        // A known difference in bytes reserved sets the band on them aside, nothing else.
-        let reserved_known = known
-            .iter()
-            .any(|k| k.run == record.name() && k.figures.iter().any(|f| f == "reserved"));
-        let holds = (check.holds() || (reserved_known && check.holds_in_use()))
-            && cold.is_none_or(|(_, _, inside)| inside);
+        let holds = check.holds() && cold.is_none_or(|(_, _, inside)| inside);
         if !holds {
             missed += 1;
         }
@@ -305,29 +305,12 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             ),
             gpu_last.map_or("–".into(), size),
             last.map_or("–".into(), |(_, x, _)| size(x)),
-            last.map_or("–".into(), |(l, _, h)| {
-                format!(
-                    "{} … {}",
-                    l.map_or("–".into(), size),
-                    h.map_or("–".into(), size)
-                )
-            }),
+            last.map_or("–".into(), |(l, _, h)| span(l, h)),
             cold.map_or("–".into(), |(gpu, _, _)| gpu.map_or("–".into(), size)),
             cold.map_or("–".into(), |(_, band, _)| {
-                band.map_or("–".into(), |(l, h)| {
-                    format!(
-                        "{} … {}",
-                        l.map_or("–".into(), size),
-                        h.map_or("–".into(), size)
-                    )
-                })
+                band.map_or("–".into(), |(l, h)| span(l, h))
             }),
-            match (holds, check.holds()) {
-                (true, true) => "holds",
-                (true, false) => "holds (known difference)",
-                _ => "MISSES",
-            }
-            .into(),
+            if holds { "holds" } else { "MISSES" }.into(),
         ]);
     }
     println!(
@@ -374,7 +357,8 @@ fn repeat_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(dirs)
 }
 
-fn read_record<R: serde::de::DeserializeOwned>(path: &Path) -> Result<R> {
+/// A JSON file written on a GPU: a record, or its server's trace.
+pub(crate) fn read_record<R: serde::de::DeserializeOwned>(path: &Path) -> Result<R> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not a GPU record", path.display()))

@@ -100,15 +100,13 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         let report = outcome.report(&origin, &plan);
         if a.json {
             let mut json = serde_json::to_value(&report)?;
-            json["reserved_least"] =
-                serde_json::to_value(band.reserved().iter().map(|r| r.0).collect::<Vec<_>>())?;
-            json["reserved_most"] =
-                serde_json::to_value(band.reserved().iter().map(|r| r.2).collect::<Vec<_>>())?;
+            let (warm, first) = (band.reserved(), cold.reserved());
+            let edge = |of: Vec<Option<u64>>| serde_json::to_value(of);
+            json["reserved_least"] = edge(warm.iter().map(|r| r.0).collect())?;
+            json["reserved_most"] = edge(warm.iter().map(|r| r.2).collect())?;
             json["decided_by_miss_policy"] = band.decided.len().into();
-            json["cold_reserved_least"] =
-                serde_json::to_value(cold.reserved().iter().map(|r| r.0).collect::<Vec<_>>())?;
-            json["cold_reserved_most"] =
-                serde_json::to_value(cold.reserved().iter().map(|r| r.1).collect::<Vec<_>>())?;
+            json["cold_reserved_least"] = edge(first.iter().map(|r| r.0).collect())?;
+            json["cold_reserved_most"] = edge(first.iter().map(|r| r.1).collect())?;
             println!("{json}");
         } else {
             println!("{header} | batch {}", model.batch());

@@ -7,13 +7,14 @@ use dryrun::traced::{Reservation, compare};
 use highwater::conform::NetworkRecord;
 
 use crate::args::OrderArgs;
+use crate::conform::read_record;
 use crate::quiet::{quiet_device_threads, quietly};
 use crate::table::{Align, render};
 
 pub(crate) fn order(a: OrderArgs) -> Result<()> {
-    let record: NetworkRecord = read_json(&a.record)?;
+    let record: NetworkRecord = read_record(&a.record)?;
     let trace_path = a.record.with_extension("server.json");
-    let gpu: Vec<Reservation> = read_json(&trace_path)
+    let gpu: Vec<Reservation> = read_record(&trace_path)
         .context("the GPU's trace: made by `highwater rerun --trace-server`")?;
     let card = Arc::new(dryrun::CardProfile::read(&a.card)?);
     quiet_device_threads();
@@ -80,10 +81,4 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))
 }

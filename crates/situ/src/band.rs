@@ -134,8 +134,10 @@ pub struct BandCheck {
     /// can leave the prediction off by a few kilobytes while the band still holds the GPU.
     pub in_use_outside: Vec<(u64, &'static str, u64, u64, u64)>,
     /// Steps whose GPU bytes reserved (any run's) lie outside the band widened by
-    /// [`reserved_tolerance`]: step, GPU, least, most.
+    /// `reserved_tolerance`: step, GPU, least, most.
     pub reserved_outside: Vec<Outside>,
+    /// How far outside the band the GPU's bytes reserved may lie: [`reserved_tolerance`].
+    pub reserved_tolerance: u64,
     /// Problems the atlas lacked.
     pub decided: usize,
 }
@@ -144,12 +146,9 @@ impl BandCheck {
     /// The GPU's bytes in use and reserved inside the band at every phase of every step, and
     /// the run as long as the GPU's.
     pub fn holds(&self) -> bool {
-        self.holds_in_use() && self.reserved_outside.is_empty()
-    }
-
-    /// [`BandCheck::holds`] with bytes reserved set aside.
-    pub fn holds_in_use(&self) -> bool {
-        self.in_use_outside.is_empty() && self.in_use.completed.0 == self.in_use.completed.1
+        self.in_use_outside.is_empty()
+            && self.reserved_outside.is_empty()
+            && self.in_use.completed.0 == self.in_use.completed.1
     }
 
     /// The prediction's bytes in use are the GPU's, to its spread, at every phase.
@@ -200,6 +199,7 @@ pub fn replay_band(
             in_use,
             in_use_outside,
             reserved_outside,
+            reserved_tolerance: tolerance,
             decided,
         },
     ))
@@ -383,17 +383,16 @@ pub fn cold_band(
 }
 
 /// A network's cold record (its first run on the GPU, from an empty cache) replayed cold dry:
-/// the band, and the steps whose GPU bytes reserved lie outside it widened by
-/// [`reserved_tolerance`] (`spread` is the GPU's across its warm runs: a cold run is made
-/// once): step, GPU, least, most.
+/// the band, and the steps whose GPU bytes reserved lie outside it widened by `tolerance` (its
+/// warm runs' [`BandCheck::reserved_tolerance`]: a cold run is made once): step, GPU, least,
+/// most.
 pub fn replay_cold(
     record: &NetworkRecord,
-    spread: u64,
+    tolerance: u64,
     card: Arc<CardProfile>,
 ) -> Result<(ColdBand, Vec<Outside>), ReplayError> {
     let (network, plan) = network_plan_for(record, &card)?;
     let band = cold_band(&plan, |p, dir| dry_network(&network, p, card.clone(), dir))?;
-    let tolerance = reserved_tolerance(&card, spread);
     let outside = band
         .reserved()
         .iter()
