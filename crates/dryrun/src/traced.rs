@@ -1,9 +1,8 @@
 //! A CubeCL runtime that records the order its server met reservations and releases in, around
 //! another runtime's server (cubecl-cuda's on the GPU, [`crate::DryRuntime`]'s dry).
 //!
-//! Why: on burn-fusion, what a run reserves depends on whether a tensor burn-fusion's thread
-//! released was already free when the server thread reserved the next one; the two threads race
-//! (issue 27). The server cannot see a release happen, but it can see its result: before each
+//! Why: on burn-fusion, what a run reserves depends on how its threads met (issue 27). The
+//! server cannot see a release or a pool mode switch happen, but it can see the result: before each
 //! reservation it reads its stream's pool (bytes in use, bytes reserved), so a trace of the
 //! same program on the GPU and dry shows, reservation by reservation, where the releases the
 //! server had seen differ. The server thread's clock and the launches between reservations say
