@@ -338,6 +338,24 @@ pub fn compare(a: &[Reservation], b: &[Reservation]) -> Comparison {
     }
 }
 
+/// Reservations that opened a page of exactly their own size, counted per size: the signature
+/// of CubeCL's persistent pool, which gives each tensor a page of its size (its sliced pools
+/// open pages of fixed sizes). On burn-fusion, which parameters land there is what parts runs
+/// of the same program (see `repro/results/fusion/order/README.md`). Read from consecutive
+/// `reserved`, so traces made before [`Reservation::grew`] count alike; the last reservation,
+/// with nothing after it, is not counted.
+pub fn exact_size_pages(trace: &[Reservation]) -> std::collections::BTreeMap<u64, usize> {
+    let mut pages = std::collections::BTreeMap::new();
+    for pair in trace.windows(2) {
+        let (r, next) = (&pair[0], &pair[1]);
+        // Below a page of the smallest pool, an exact fit is a free slice's padding, not a page.
+        if r.size >= PLACED_APART && next.reserved.checked_sub(r.reserved) == Some(r.size) {
+            *pages.entry(r.size).or_insert(0) += 1;
+        }
+    }
+    pages
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +369,28 @@ mod tests {
             nanos: 0,
             grew: None,
         }
+    }
+
+    #[test]
+    fn exact_size_pages_count_pages_of_their_tensors_size_only() {
+        let mib = 1 << 20;
+        let trace = [
+            // Opens a page of its own size: counted.
+            r(3 * mib, 0, 0),
+            // Takes a free slice: no growth.
+            r(3 * mib, 3 * mib, 3 * mib),
+            // Opens a larger page of a sliced pool: not counted.
+            r(2 * mib, 3 * mib, 3 * mib),
+            // A small exact fit is padding, not a page.
+            r(512, 5 * mib, 11 * mib),
+            r(3 * mib, 5 * mib, 11 * mib + 512),
+            // The last one has nothing after it.
+            r(3 * mib, 8 * mib, 14 * mib + 512),
+        ];
+        assert_eq!(
+            exact_size_pages(&trace),
+            [(3 * mib, 2)].into_iter().collect()
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use dryrun::traced::{Reservation, compare};
+use dryrun::traced::{Reservation, compare, exact_size_pages};
 use highwater::conform::NetworkRecord;
 
 use crate::args::OrderArgs;
@@ -18,10 +18,12 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
         .context("the GPU's trace: made by `highwater rerun --trace-server`")?;
     let card = Arc::new(dryrun::CardProfile::read(&a.card)?);
     quiet_device_threads();
+    let gpu_pages = exact_size_pages(&gpu);
     println!(
-        "{}: the GPU's server met {} reservations",
+        "{}: the GPU's server met {} reservations; pages of their tensor's size (persistent): {}",
         record.name(),
-        gpu.len()
+        gpu.len(),
+        pages_text(&gpu_pages)
     );
     let mut rows = Vec::new();
     // Where each replay placed a tensor apart from the first replay: dry against dry.
@@ -56,6 +58,7 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
             first(c.first_placed_apart),
             c.more_released.to_string(),
             c.fewer_released.to_string(),
+            pages_apart(&gpu_pages, &exact_size_pages(&outcome.server_trace)),
         ]);
     }
     let headers = [
@@ -67,6 +70,7 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
         ("first placed apart", Align::Left),
         ("more released", Align::Right),
         ("fewer released", Align::Right),
+        ("persistent pages apart (size: GPU, dry)", Align::Left),
     ];
     println!("{}", render(&headers, &rows).trim_end());
     if !apart_from_first.is_empty() {
@@ -81,4 +85,40 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+type Pages = std::collections::BTreeMap<u64, usize>;
+
+/// `count × size` for each size, largest count first.
+fn pages_text(pages: &Pages) -> String {
+    let mut by_count: Vec<(&u64, &usize)> = pages.iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let text: Vec<String> = by_count
+        .iter()
+        .map(|(s, n)| format!("{n} × {s} B"))
+        .collect();
+    if text.is_empty() {
+        "none".into()
+    } else {
+        text.join(", ")
+    }
+}
+
+/// The sizes whose count of persistent pages differs between the GPU's trace and a replay's.
+fn pages_apart(gpu: &Pages, dry: &Pages) -> String {
+    let apart: Vec<String> = gpu
+        .keys()
+        .chain(dry.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter_map(|size| {
+            let (g, d) = (gpu.get(size).copied(), dry.get(size).copied());
+            (g != d).then(|| format!("{size}: {}, {}", g.unwrap_or(0), d.unwrap_or(0)))
+        })
+        .collect();
+    if apart.is_empty() {
+        "none".into()
+    } else {
+        apart.join("; ")
+    }
 }

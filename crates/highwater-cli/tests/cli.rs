@@ -673,6 +673,13 @@ fn order_holds_dry_replays_to_the_gpus_trace() {
             .starts_with("decoder-decoder-fusion-none-b16: the GPU's server met 2281 reservations"),
         "{table}"
     );
+    // The persistent pool's pages, read from the committed trace (its README counts them).
+    assert!(
+        table.lines().next().is_some_and(|l| l.ends_with(
+            "(persistent): 101 × 2359296 B, 40 × 9437184 B, 20 × 12582912 B, 18 × 50331648 B"
+        )),
+        "{table}"
+    );
     let rows: Vec<&str> = table.lines().skip(3).take(2).collect();
     assert_eq!(rows.len(), 2, "{table}");
     assert!(
