@@ -348,7 +348,7 @@ pub fn exact_size_pages(trace: &[Reservation]) -> std::collections::BTreeMap<u64
     let mut pages = std::collections::BTreeMap::new();
     for pair in trace.windows(2) {
         let (r, next) = (&pair[0], &pair[1]);
-        // Below a page of the smallest pool, an exact fit is a free slice's padding, not a page.
+        // Below a megabyte an exact fit may be a reused slice's padding coming back, not a page.
         if r.size >= PLACED_APART && next.reserved.checked_sub(r.reserved) == Some(r.size) {
             *pages.entry(r.size).or_insert(0) += 1;
         }

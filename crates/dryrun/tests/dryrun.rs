@@ -135,7 +135,8 @@ fn reads_return_zeros_of_the_right_length() {
 /// The server runs the client's tasks when it gets to them (CubeCL's channel hands them over up
 /// to 32 at a time, or when the client blocks), so what it sees depends on how far it lags: a
 /// release the client made after asking for a reservation, but before the server got to it, is
-/// already seen there. That is the race burn-fusion's bytes reserved depend on (issue 27).
+/// already seen there. On burn-fusion that lag could part runs; measured, it does not, while
+/// which parameters the persistent pool takes does (issue 27, `repro/results/fusion/order/`).
 #[test]
 fn the_traced_server_sees_the_releases_made_before_it_reached_a_reservation() {
     use dryrun::traced::{Traced, take_trace};

@@ -35,7 +35,7 @@ pub(crate) enum Command {
     /// hold, and how often the miss policy names the GPU's pick (each problem left out).
     Atlas(AtlasArgs),
     /// Holds dry replays of a burn-fusion record to its traced GPU run (`rerun --trace-server`),
-    /// reservation by reservation: where the releases the servers had seen part.
+    /// reservation by reservation: where the servers part, and their persistent pages.
     Order(OrderArgs),
     /// Trains a recipe or a decoder on the GPU (burn-cuda) and records its pool step by step.
     #[cfg(feature = "cuda")]
@@ -189,8 +189,10 @@ pub(crate) struct ConformArgs {
     The GPU's trace is the record's NAME.server.json beside it. Per replay: bytes reserved at \
     the end of each step less the GPU's; the first reservation where the servers saw different \
     bytes in use, different bytes reserved, and where one opened a page and the other did not \
-    (\"none\" also when the GPU's trace predates that field); and at how many reservations the \
-    dry server had seen more releases than the GPU's, or fewer.")]
+    (\"none\" also when the GPU's trace predates that field); at how many reservations the \
+    dry server had seen more releases than the GPU's, or fewer; and the sizes whose count of \
+    persistent pages (pages of exactly their tensor's size) differs from the GPU's, GPU's count \
+    first.")]
 pub(crate) struct OrderArgs {
     /// A network record made with `highwater rerun --trace-server`.
     #[arg(value_name = "RECORD")]

@@ -32,7 +32,8 @@
 //! * `rerun` (built with `--features cuda`) trains the recipe, or a network file, on burn-cuda and
 //!   writes the record (see `situ::rerun`).
 //! * `order` replays a burn-fusion record traced on the GPU dry, with the server traced, and
-//!   says where the releases the two servers had seen part (see `dryrun::traced`).
+//!   says where the two servers part and which persistent pages each opened (see
+//!   `dryrun::traced`).
 //! * `atlas` merges autotune caches recorded on a GPU into the card's atlas, the kernel choices
 //!   `fit` starts from (see `dryrun::atlas`).
 //!

@@ -1,5 +1,6 @@
 //! `highwater order`: dry replays of a record traced on the GPU, held to its trace.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -13,8 +14,7 @@ use crate::table::{Align, render};
 
 pub(crate) fn order(a: OrderArgs) -> Result<()> {
     let record: NetworkRecord = read_record(&a.record)?;
-    let trace_path = a.record.with_extension("server.json");
-    let gpu: Vec<Reservation> = read_record(&trace_path)
+    let gpu = read_trace(&a.record)
         .context("the GPU's trace: made by `highwater rerun --trace-server`")?;
     let card = Arc::new(dryrun::CardProfile::read(&a.card)?);
     quiet_device_threads();
@@ -27,16 +27,15 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
     );
     let mut rows = Vec::new();
     // Where each replay placed a tensor apart from the first replay: dry against dry.
-    let mut first_trace = None;
+    let mut first_trace: Option<Vec<Reservation>> = None;
     let mut apart_from_first = Vec::new();
     for replay in 1..=a.replays {
         let outcome =
             quietly(|| situ::dry::replay_network_traced(&record, card.clone(), Some(&a.autotune)))
                 .with_context(|| format!("cannot replay {}", a.record.display()))?;
         let c = compare(&gpu, &outcome.server_trace);
-        match &first_trace {
-            None => first_trace = Some(outcome.server_trace.clone()),
-            Some(t) => apart_from_first.push(compare(t, &outcome.server_trace).first_placed_apart),
+        if let Some(t) = &first_trace {
+            apart_from_first.push(compare(t, &outcome.server_trace).first_placed_apart);
         }
         let reserved: Vec<String> = record
             .steps
@@ -60,6 +59,7 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
             c.fewer_released.to_string(),
             pages_apart(&gpu_pages, &exact_size_pages(&outcome.server_trace)),
         ]);
+        first_trace.get_or_insert(outcome.server_trace);
     }
     let headers = [
         ("replay", Align::Right),
@@ -85,6 +85,22 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The trace beside `record`: NAME.server.json, or NAME.server.json.xz as
+/// `scripts/gpu-fusion-order` commits it.
+fn read_trace(record: &Path) -> Result<Vec<Reservation>> {
+    let plain = record.with_extension("server.json");
+    if plain.exists() {
+        return read_record(&plain);
+    }
+    let packed = record.with_extension("server.json.xz");
+    let bytes =
+        std::fs::read(&packed).with_context(|| format!("cannot read {}", packed.display()))?;
+    let mut json = Vec::new();
+    lzma_rs::xz_decompress(&mut bytes.as_slice(), &mut json)
+        .with_context(|| format!("{} is not xz", packed.display()))?;
+    serde_json::from_slice(&json).with_context(|| format!("{} is not a trace", packed.display()))
 }
 
 type Pages = std::collections::BTreeMap<u64, usize>;

@@ -656,8 +656,7 @@ fn a_closed_pipe_ends_quietly() {
 
 /// The decoder traced on the H200 (repro/results/fusion/order) held to dry replays traced the
 /// same way: burn asks the dry server for the GPU's reservations, size for size, in the same
-/// order (what the servers had seen released at each, and so the bytes reserved, may differ:
-/// issue 27).
+/// order (which pages they open, and so the bytes reserved, may differ: issue 27).
 #[test]
 fn order_holds_dry_replays_to_the_gpus_trace() {
     let out = highwater(&[
@@ -698,6 +697,45 @@ fn order_holds_dry_replays_to_the_gpus_trace() {
             .collect();
         assert_eq!(per_step.len(), 2, "{table}");
     }
+}
+
+/// `order` reads a trace committed xz-compressed, and the MLP on burn-fusion, which the dry run
+/// holds to the byte, is held to the GPU's trace reservation by reservation: the same bytes in
+/// use and reserved before each, no page opened apart.
+#[test]
+fn order_reads_a_compressed_trace_and_the_mlp_meets_the_gpus_at_every_reservation() {
+    let out = highwater(&[
+        "order",
+        "repro/results/fusion/order/traced-1/mlp-mlp-fusion-none-b256.json",
+        "--replays",
+        "1",
+        "--autotune",
+        "repro/cards/h200-sweep/mlp-h1024-b256-fused",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let mut lines = table.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "mlp-mlp-fusion-none-b256: the GPU's server met 252 reservations; pages of their \
+             tensor's size (persistent): none"
+        ),
+        "{table}"
+    );
+    let row = lines.nth(2).unwrap_or_default();
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            "1", "0 0 0 0", "yes", "none", "none", "none", "0", "0", "none"
+        ],
+        "{table}"
+    );
 }
 
 /// Issue 27's check, not yet met (the decoder's replays still part; see
