@@ -338,14 +338,17 @@ pub fn compare(a: &[Reservation], b: &[Reservation]) -> Comparison {
     }
 }
 
+/// Pages counted per size in bytes ([`exact_size_pages`]).
+pub type PageCounts = std::collections::BTreeMap<u64, usize>;
+
 /// Reservations that opened a page of exactly their own size, counted per size: the signature
 /// of CubeCL's persistent pool, which gives each tensor a page of its size (its sliced pools
 /// open pages of fixed sizes). On burn-fusion, which parameters land there is what parts runs
 /// of the same program (see `repro/results/fusion/order/README.md`). Read from consecutive
 /// `reserved`, so traces made before [`Reservation::grew`] count alike; the last reservation,
 /// with nothing after it, is not counted.
-pub fn exact_size_pages(trace: &[Reservation]) -> std::collections::BTreeMap<u64, usize> {
-    let mut pages = std::collections::BTreeMap::new();
+pub fn exact_size_pages(trace: &[Reservation]) -> PageCounts {
+    let mut pages = PageCounts::new();
     for pair in trace.windows(2) {
         let (r, next) = (&pair[0], &pair[1]);
         // Below a megabyte an exact fit may be a reused slice's padding coming back, not a page.

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use dryrun::traced::{Reservation, compare, exact_size_pages};
+use dryrun::traced::{PageCounts, Reservation, compare, exact_size_pages};
 use highwater::conform::NetworkRecord;
 
 use crate::args::OrderArgs;
@@ -103,38 +103,31 @@ fn read_trace(record: &Path) -> Result<Vec<Reservation>> {
     serde_json::from_slice(&json).with_context(|| format!("{} is not a trace", packed.display()))
 }
 
-type Pages = std::collections::BTreeMap<u64, usize>;
-
 /// `count × size` for each size, largest count first.
-fn pages_text(pages: &Pages) -> String {
+fn pages_text(pages: &PageCounts) -> String {
     let mut by_count: Vec<(&u64, &usize)> = pages.iter().collect();
     by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    let text: Vec<String> = by_count
-        .iter()
-        .map(|(s, n)| format!("{n} × {s} B"))
-        .collect();
-    if text.is_empty() {
-        "none".into()
-    } else {
-        text.join(", ")
-    }
+    listed(by_count.iter().map(|(s, n)| format!("{n} × {s} B")), ", ")
 }
 
 /// The sizes whose count of persistent pages differs between the GPU's trace and a replay's.
-fn pages_apart(gpu: &Pages, dry: &Pages) -> String {
-    let apart: Vec<String> = gpu
-        .keys()
-        .chain(dry.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .filter_map(|size| {
+fn pages_apart(gpu: &PageCounts, dry: &PageCounts) -> String {
+    let sizes: std::collections::BTreeSet<&u64> = gpu.keys().chain(dry.keys()).collect();
+    listed(
+        sizes.into_iter().filter_map(|size| {
             let (g, d) = (gpu.get(size).copied(), dry.get(size).copied());
             (g != d).then(|| format!("{size}: {}, {}", g.unwrap_or(0), d.unwrap_or(0)))
-        })
-        .collect();
-    if apart.is_empty() {
+        }),
+        "; ",
+    )
+}
+
+/// The items joined by `separator`, or "none".
+fn listed(items: impl Iterator<Item = String>, separator: &str) -> String {
+    let items: Vec<String> = items.collect();
+    if items.is_empty() {
         "none".into()
     } else {
-        apart.join("; ")
+        items.join(separator)
     }
 }
