@@ -104,13 +104,19 @@ const COLD: &str = "cold";
 /// Runs whose dry replay is known to differ, in which figures and why; kept beside the records.
 const KNOWN_DRY: &str = "conform-dry-known.toml";
 
-/// The known differences kept beside the records in `dir` (none when there is no file).
+/// The known differences kept beside the records in `dir` (none when there is no file) that
+/// hold on this host: those known only below a core count are set aside on a host with as
+/// many cores (the cores this process may run on).
 fn known_dry(dir: &Path) -> Result<Vec<KnownDryDifference>> {
     let path = dir.join(KNOWN_DRY);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => parse_known_dry(&path.display().to_string(), &text).map_err(anyhow::Error::msg),
-        Err(_) => Ok(vec![]),
-    }
+    let known = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            parse_known_dry(&path.display().to_string(), &text).map_err(anyhow::Error::msg)?
+        }
+        Err(_) => vec![],
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(known.into_iter().filter(|k| k.applies_on(cores)).collect())
 }
 
 /// Every record replayed dry, held to the byte or to the GPU's own spread across repeats.

@@ -417,6 +417,17 @@ pub struct KnownDryDifference {
     pub figures: Vec<String>,
     /// Why they differ.
     pub reason: String,
+    /// Known only on a host with fewer cores than this: where the difference is host timing,
+    /// and with as many cores the replays were measured to agree with the GPU.
+    #[serde(default)]
+    pub below_cores: Option<usize>,
+}
+
+impl KnownDryDifference {
+    /// Whether the difference is known on a host with `cores` cores.
+    pub fn applies_on(&self, cores: usize) -> bool {
+        self.below_cores.is_none_or(|n| cores < n)
+    }
 }
 
 #[derive(Deserialize)]
@@ -686,6 +697,24 @@ mod tests {
         assert!(!worst.passes());
         assert_eq!(worst.step, 4, "the worst step is reported");
         assert!(!c.passes());
+    }
+
+    #[test]
+    fn a_known_difference_can_hold_only_below_a_core_count() {
+        let text = "[[difference]]\nrun = \"a\"\nfigures = [\"reserved\"]\nreason = \"timing\"\n\
+                    below_cores = 4\n[[difference]]\nrun = \"b\"\nfigures = [\"reserved\"]\n\
+                    reason = \"always\"\n";
+        let known = parse_known_dry("known.toml", text).unwrap();
+        assert_eq!(known[0].below_cores, Some(4));
+        assert!(known[0].applies_on(2) && known[0].applies_on(3));
+        assert!(!known[0].applies_on(4) && !known[0].applies_on(16));
+        assert!(known[1].applies_on(2) && known[1].applies_on(128));
+        let typo = text.replace("below_cores", "below_core");
+        assert!(
+            parse_known_dry("known.toml", &typo)
+                .unwrap_err()
+                .contains("below_core")
+        );
     }
 
     #[test]
