@@ -3,7 +3,7 @@
 
 use crate::directive::{self, Directive};
 use crate::export;
-use crate::parse::Segment;
+use crate::parse::{CellOptions, Segment};
 use crate::plan::Plan;
 use crate::render::{self, Shown};
 use crate::resolve::Resolution;
@@ -25,14 +25,13 @@ pub(crate) fn render_pages(
 ) -> Vec<Problem> {
     let mut problems = Vec::new();
     // What `{{#cell ID}}` places: the labelled cell's output and caption.
-    let embeddable: HashMap<&str, (&Shown, Option<&str>)> = plan
+    let embeddable: HashMap<&str, (&Shown, &CellOptions)> = plan
         .cells
         .iter()
         .zip(resolved)
         .filter_map(|(f, r)| {
             let label = f.label.as_ref()?;
-            let caption = plan.block(f).options.caption.as_deref();
-            Some((label.id.as_str(), (&r.shown, caption)))
+            Some((label.id.as_str(), (&r.shown, &plan.block(f).options)))
         })
         .collect();
     let mut cells = plan.cells.iter().zip(resolved);
@@ -61,8 +60,8 @@ pub(crate) fn render_pages(
                     let text = directive::expand(&text, |d, at| match d {
                         Directive::Report => REPORT_MARK.to_string(),
                         Directive::Cell(id) => match (embeddable.get(id), plan.labels.get(id)) {
-                            (Some((shown, caption)), Some(label)) => {
-                                render::embedded(shown, *caption, label, &doc.html_path)
+                            (Some((shown, opts)), Some(label)) => {
+                                render::embedded(shown, opts, label, &doc.html_path)
                             }
                             _ => {
                                 problems.push(Problem {

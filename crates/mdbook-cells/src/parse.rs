@@ -54,6 +54,54 @@ pub struct CellOptions {
     pub parameters: bool,
     /// Files or folders (relative to the book root) whose contents the output depends on.
     pub reads: Vec<String>,
+    /// What the figure or table rests on, shown beside its caption.
+    pub evidence: Vec<Evidence>,
+}
+
+/// What a figure or table rests on, named at the point of use so a reader can weigh it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Evidence {
+    /// Measured on a GPU.
+    Gpu,
+    /// Predicted by the dry run: the framework's own code over a runtime that never computes.
+    Dry,
+    /// Simulated by a model with calibrated parameters.
+    Simulated,
+    /// Taken from the incident report.
+    Incident,
+    /// Computed from code or configuration, with nothing run on a device.
+    Derived,
+    /// Describes a tool or the book; no claim about a run.
+    Reference,
+}
+
+impl Evidence {
+    /// Every kind, as the option spells it.
+    pub const ALL: [(&'static str, Evidence); 6] = [
+        ("gpu", Evidence::Gpu),
+        ("dry", Evidence::Dry),
+        ("simulated", Evidence::Simulated),
+        ("incident", Evidence::Incident),
+        ("derived", Evidence::Derived),
+        ("reference", Evidence::Reference),
+    ];
+
+    /// The option's spelling (also the page's `data-evidence`).
+    pub fn name(self) -> &'static str {
+        Evidence::ALL.iter().find(|(_, e)| *e == self).unwrap().0
+    }
+
+    /// What the page says.
+    pub fn label(self) -> &'static str {
+        match self {
+            Evidence::Gpu => "measured on a GPU",
+            Evidence::Dry => "predicted dry",
+            Evidence::Simulated => "simulated, calibrated",
+            Evidence::Incident => "from the incident report",
+            Evidence::Derived => "derived from code",
+            Evidence::Reference => "reference",
+        }
+    }
 }
 
 /// Every option a cell may set, for suggestions when one is misspelt.
@@ -69,6 +117,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "prelude",
     "parameters",
     "reads",
+    "evidence",
 ];
 
 /// Something wrong with a cell found while parsing, at its chapter line.
@@ -270,6 +319,12 @@ impl CellBlock {
                 });
             }
         }
+        if !options.evidence.is_empty() && options.caption.is_none() {
+            option_errors.push(OptionError {
+                line: fence_line,
+                message: "`evidence` is shown beside a `caption`: give the cell one".into(),
+            });
+        }
         if options.id.is_some() && options.caption.is_none() {
             option_errors.push(OptionError {
                 line: fence_line,
@@ -371,6 +426,22 @@ impl CellOptions {
                          {MAX_TIMEOUT_S}, not `{v}`"
                     )
                 })?);
+            }
+            "evidence" => {
+                self.evidence = Vec::new();
+                for kind in text(value)?.split(',').map(str::trim) {
+                    let found = Evidence::ALL.iter().find(|(name, _)| *name == kind);
+                    let Some(&(_, e)) = found else {
+                        let names: Vec<&str> = Evidence::ALL.iter().map(|(n, _)| *n).collect();
+                        return Err(format!(
+                            "option `evidence` takes {} (comma-separated), not `{kind}`",
+                            names.join(", ")
+                        ));
+                    };
+                    if !self.evidence.contains(&e) {
+                        self.evidence.push(e);
+                    }
+                }
             }
             "reads" => {
                 self.reads = text(value)?
@@ -486,6 +557,22 @@ mod tests {
         assert!(c.option_errors[0].message.contains("`fig-…` or `tbl-…`"));
         let c = &cells("```cell\n//| id: fig-peak\n1\n```\n")[0];
         assert!(c.option_errors[0].message.contains("needs a `caption`"));
+    }
+
+    #[test]
+    fn evidence_takes_known_kinds_and_needs_a_caption() {
+        let c = &cells("```cell\n//| caption: c\n//| evidence: gpu, dry, gpu\n1\n```\n")[0];
+        assert!(c.option_errors.is_empty(), "{:?}", c.option_errors);
+        assert_eq!(c.options.evidence, [Evidence::Gpu, Evidence::Dry]);
+        let c = &cells("```cell\n//| caption: c\n//| evidence: measured\n1\n```\n")[0];
+        let message = &c.option_errors[0].message;
+        assert!(message.contains("not `measured`"), "{message}");
+        assert!(message.contains("gpu, dry, simulated"), "{message}");
+        let c = &cells("```cell\n//| evidence: dry\n1\n```\n")[0];
+        assert!(c.option_errors[0].message.contains("beside a `caption`"));
+        for (name, e) in Evidence::ALL {
+            assert_eq!(e.name(), name);
+        }
     }
 
     #[test]

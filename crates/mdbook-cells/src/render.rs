@@ -1,7 +1,7 @@
 //! Turning a cell and its outcome into the markdown and HTML the chapter shows.
 
 use crate::outcome::{Outcome, OutputKind, Stored};
-use crate::parse::CellBlock;
+use crate::parse::{CellBlock, CellOptions, Evidence};
 use cell_output::escape;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -89,13 +89,12 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>, fold: bool)
     if show_code && !fold {
         out.push_str(&code);
     }
-    let caption = opts.caption.as_deref().map(|c| match label {
-        Some(l) => format!(
-            "<span class=\"cell-label\">{}:</span> {}",
-            l.name,
-            one_line(c)
-        ),
-        None => one_line(c),
+    let caption = opts.caption.as_deref().map(|c| {
+        let text = format!("{}{}", one_line(c), evidence_tags(&opts.evidence));
+        match label {
+            Some(l) => format!("<span class=\"cell-label\">{}:</span> {text}", l.name),
+            None => text,
+        }
     });
     if let (true, Shown::Frozen { badge, stale, .. }) = (opts.hide_output, shown) {
         // Hidden output still says where it was recorded (a later cell may read it).
@@ -135,7 +134,7 @@ pub fn export_note(command: &str) -> String {
 /// A labelled cell's output placed again on another page (or further down its own) by
 /// `{{#cell ID}}`: no code, no anchor (the id stays the original's), and a caption whose label
 /// links back to the original.
-pub fn embedded(shown: &Shown, caption: Option<&str>, label: &Label, from_html: &str) -> String {
+pub fn embedded(shown: &Shown, opts: &CellOptions, label: &Label, from_html: &str) -> String {
     let depth = from_html.matches('/').count();
     let target = if label.html_path == from_html {
         format!("#{}", label.id)
@@ -143,15 +142,30 @@ pub fn embedded(shown: &Shown, caption: Option<&str>, label: &Label, from_html: 
         format!("{}{}#{}", "../".repeat(depth), label.html_path, label.id)
     };
     let caption = format!(
-        "<span class=\"cell-label\"><a href=\"{}\">{}</a>:</span> {}",
+        "<span class=\"cell-label\"><a href=\"{}\">{}</a>:</span> {}{}",
         escape(&target),
         escape(&label.name),
-        caption.map(one_line).unwrap_or_default()
+        opts.caption.as_deref().map(one_line).unwrap_or_default(),
+        evidence_tags(&opts.evidence)
     );
     format!(
         "\n<div class=\"cell cell-embed\">\n\n{}\n</div>\n\n",
         shown_html(shown, Some(&caption))
     )
+}
+
+/// A caption's evidence, one tag per kind, after its text.
+fn evidence_tags(evidence: &[Evidence]) -> String {
+    evidence
+        .iter()
+        .map(|e| {
+            format!(
+                " <span class=\"cell-evidence\" data-evidence=\"{}\">{}</span>",
+                e.name(),
+                e.label()
+            )
+        })
+        .collect()
 }
 
 /// The badge over a frozen output: where, when and how it was recorded, and whether it is stale.
@@ -462,6 +476,36 @@ mod tests {
             "{html}"
         );
         assert!(html.contains(">GPU  H200</div>"), "{html}");
+    }
+
+    #[test]
+    fn evidence_follows_the_caption_here_and_where_it_is_placed_again() {
+        let md = "```cell\n//| id: tbl-a\n//| caption: a\n//| evidence: gpu, simulated\n1\n```\n";
+        let segments = crate::parse::split(md).segments;
+        let crate::parse::Segment::Cell(block) = &segments[0] else {
+            panic!()
+        };
+        let shown = Shown::Output(Stored::of(Outcome::Value {
+            kind: OutputKind::Text,
+            body: "1".into(),
+        }));
+        let label = Label {
+            id: "tbl-a".into(),
+            name: "Table 1.1".into(),
+            html_path: "a.html".into(),
+        };
+        let tags = " <span class=\"cell-evidence\" data-evidence=\"gpu\">measured on a GPU</span> \
+                    <span class=\"cell-evidence\" data-evidence=\"simulated\">simulated, calibrated</span>";
+        let html = cell(block, &shown, Some(&label), false);
+        assert!(
+            html.contains(&format!("Table 1.1:</span> a{tags}</p>")),
+            "{html}"
+        );
+        let html = embedded(&shown, &block.options, &label, "b/c.html");
+        assert!(
+            html.contains(&format!("../a.html#tbl-a\">Table 1.1</a>:</span> a{tags}")),
+            "{html}"
+        );
     }
 
     #[test]
