@@ -92,6 +92,18 @@ pub fn chart(title: &str, capacity: u64, series: Vec<Series>) -> Figure {
     Figure::svg(chart.to_svg())
 }
 
+/// The same figure as headroom: per step, what the card leaves the pool (`capacity`) minus what
+/// the pool holds, on a logarithmic axis, so that a run's walk towards the card's edge shows as
+/// its approach to zero ([`HighWaterChart::to_headroom_svg`]).
+pub fn headroom_chart(title: &str, capacity: u64, series: Vec<Series>) -> Figure {
+    let chart = HighWaterChart {
+        title: title.to_string(),
+        card_bytes: capacity,
+        series,
+    };
+    Figure::svg(chart.to_headroom_svg())
+}
+
 /// A step number as a figure's axis takes it (steps past `u32::MAX` are clamped: no run is
 /// that long, `limits::MAX_STEPS` is 100 000).
 fn step(s: u64) -> u32 {
@@ -124,6 +136,23 @@ mod tests {
     fn steps_count_from_one() {
         assert_eq!(per_step(&[7, 8]), [(1, 7), (2, 8)]);
         assert_eq!(step(u64::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn headroom_is_what_the_card_leaves() {
+        let run = RunReport {
+            reserved: vec![10 << 20, 30 << 20, 40 << 20],
+            ..run()
+        };
+        let figure = headroom_chart("t", 40 << 20, vec![run_reserved("situ", &run)]);
+        let cell_output::Output::Figure(svg) = cell_output::CellValue::into_output(figure) else {
+            panic!("a figure");
+        };
+        // Headroom 30 MiB, 10 MiB and zero: ticks from 4 MiB (one below 8 MiB) to 32 MiB.
+        for tick in ["headroom (log scale)", "4 MiB", "32 MiB", "s2 †3"] {
+            assert!(svg.contains(tick), "{tick} missing");
+        }
+        assert!(!svg.contains("card capacity"));
     }
 
     #[test]

@@ -90,9 +90,46 @@ impl Series {
     }
 }
 
+/// What a chart's y axis shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scale {
+    /// The series' bytes, against the card's capacity line.
+    Reserved,
+    /// What the card leaves free, on a logarithmic axis of powers of two.
+    Headroom,
+}
+
 impl HighWaterChart {
     /// The figure as a complete, inline-safe `<svg>` element.
     pub fn to_svg(&self) -> String {
+        self.render(Scale::Reserved)
+    }
+
+    /// The same runs as headroom: per step, what the card leaves the pool
+    /// ([`card_bytes`](Self::card_bytes)) minus the series' bytes, on a logarithmic axis, so
+    /// that a run walking towards the card's edge is seen approaching zero. A death's cross sits
+    /// on the headroom of the run's last measured step; a headroom of zero is drawn at the
+    /// axis' floor.
+    pub fn to_headroom_svg(&self) -> String {
+        let headroom = HighWaterChart {
+            series: self
+                .series
+                .iter()
+                .map(|s| Series {
+                    points: s
+                        .points
+                        .iter()
+                        .map(|&(step, b)| (step, self.card_bytes.saturating_sub(b)))
+                        .collect(),
+                    ..s.clone()
+                })
+                .collect(),
+            ..self.clone()
+        };
+        headroom.render(Scale::Headroom)
+    }
+
+    fn render(&self, scale: Scale) -> String {
         let mut keys = Keys::default();
         let card_key = keys.key(None, CARD_DASH);
         let colours = arm_colours(self.series.iter().map(|s| s.arm.as_str()));
@@ -121,17 +158,17 @@ impl HighWaterChart {
                 .collect()
         };
 
-        let groups = self.legend(&styled, card_key);
+        let groups = self.legend(&styled, (scale == Scale::Reserved).then_some(card_key));
         let title_h = frame::title_height(&self.title);
         let legend_h = legend::height(&groups, WIDTH - 10, 16);
         let size = (WIDTH, title_h + PLOT_H + legend_h);
         frame::render(&self.title, size, &keys, |root| {
-            self.draw(root, title_h, &styled, card_key)?;
+            self.draw(root, title_h, &styled, card_key, scale)?;
             legend::draw(root, &groups, 16, (title_h + PLOT_H) as i32)
         })
     }
 
-    fn legend(&self, styled: &[Style], card_key: RGBColor) -> Vec<Group> {
+    fn legend(&self, styled: &[Style], card_key: Option<RGBColor>) -> Vec<Group> {
         let mut groups: Vec<Group> = Vec::new();
         for (s, style) in self.series.iter().zip(styled) {
             let heading = Some(clean_label(&s.arm)).filter(|a| !a.is_empty());
@@ -148,7 +185,7 @@ impl HighWaterChart {
             }
         }
         let mut extra = Group::default();
-        if self.card_bytes > 0 {
+        if let Some(card_key) = card_key.filter(|_| self.card_bytes > 0) {
             extra.entries.push(Entry {
                 swatch: Swatch::Line(card_key, 2),
                 label: format!("card capacity ({})", format_bytes(self.card_bytes)),
@@ -174,6 +211,7 @@ impl HighWaterChart {
         title_h: u32,
         styled: &[Style],
         card_key: RGBColor,
+        scale: Scale,
     ) -> DrawResult {
         let (_, rest) = root.split_vertically(title_h);
         let (plot, _) = rest.split_vertically(PLOT_H);
@@ -196,37 +234,71 @@ impl HighWaterChart {
             // Below 8 bytes the ticks would be fractions of a byte.
             .max(8);
         let unit = ByteUnit::for_value(max_bytes);
-        let min_bytes = self
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1))
-            .chain((self.card_bytes > 0).then_some(self.card_bytes))
-            .min()
-            .unwrap_or(0);
-        let (y_bottom, y_top) = y_range(unit.scale(min_bytes), unit.scale(max_bytes));
-        let tick_w = (0..=8)
+        let values = || {
+            self.series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.1))
+        };
+        let (y_bottom, y_top) = match scale {
+            Scale::Reserved => {
+                let min_bytes = values()
+                    .chain((self.card_bytes > 0).then_some(self.card_bytes))
+                    .min()
+                    .unwrap_or(0);
+                y_range(unit.scale(min_bytes), unit.scale(max_bytes))
+            }
+            Scale::Headroom => log2_range(
+                values().filter(|&b| b > 0).min(),
+                values().max().unwrap_or(0),
+            ),
+        };
+        // A value as drawn: in the axis' unit, or its base-2 logarithm (zero at the floor).
+        let y_of = |b: u64| match scale {
+            Scale::Reserved => unit.scale(b),
+            Scale::Headroom if b == 0 => y_bottom,
+            Scale::Headroom => (b as f64).log2().max(y_bottom),
+        };
+        // Headroom's ticks are the powers of two only.
+        let tick = |v: f64| match scale {
+            Scale::Reserved => unit.tick(v),
+            Scale::Headroom if v.fract() == 0.0 => format_bytes(v.exp2() as u64),
+            Scale::Headroom => String::new(),
+        };
+        let y_labels = match scale {
+            Scale::Reserved => 9,
+            Scale::Headroom => (y_top - y_bottom) as usize + 1,
+        };
+        let tick_w = (0..=y_labels)
             .map(|i| {
-                let v = y_bottom + (y_top - y_bottom) * f64::from(i) / 8.0;
-                text_width(&unit.tick(v), LABEL_PX)
+                let v = y_bottom + (y_top - y_bottom) * i as f64 / y_labels as f64;
+                let v = if scale == Scale::Headroom {
+                    v.round()
+                } else {
+                    v
+                };
+                text_width(&tick(v), LABEL_PX)
             })
             .fold(0.0, f64::max);
 
         let mut chart = frame::chart_builder(&plot, 42, (tick_w + 34.0) as u32)
             .build_cartesian_2d(0u32..max_step, y_bottom..y_top)?;
-        let y_fmt = |v: &f64| unit.tick(*v);
+        let y_fmt = |v: &f64| tick(*v);
         let mut mesh = chart.configure_mesh();
         frame::style_mesh(&mut mesh);
         mesh.x_desc("step")
-            .y_desc("pool reserved")
+            .y_desc(match scale {
+                Scale::Reserved => "pool reserved",
+                Scale::Headroom => "headroom (log scale)",
+            })
             .x_labels(12)
-            .y_labels(9)
+            .y_labels(y_labels)
             .y_label_formatter(&y_fmt)
             .draw()?;
 
         // Boxes already holding text in the plot: labels placed later must avoid them.
         let mut taken: Vec<PxBox> = Vec::new();
         let (plot_x, plot_y) = chart.plotting_area().get_pixel_range();
-        if self.card_bytes > 0 {
+        if self.card_bytes > 0 && scale == Scale::Reserved {
             let card = unit.scale(self.card_bytes);
             chart.draw_series(LineSeries::new(
                 [(0, card), (max_step, card)],
@@ -247,7 +319,7 @@ impl HighWaterChart {
         for (s, style) in self.series.iter().zip(styled) {
             let pts = decimate(&s.points, MAX_POINTS);
             chart.draw_series(LineSeries::new(
-                pts.into_iter().map(|(x, b)| (x, unit.scale(b))),
+                pts.into_iter().map(|(x, b)| (x, y_of(b))),
                 stroke(style.line, 2),
             ))?;
         }
@@ -266,7 +338,7 @@ impl HighWaterChart {
                 .map(|p| p.1)
                 .next_back()
                 .unwrap_or(self.card_bytes);
-            let at = chart.backend_coord(&(step, unit.scale(bytes)));
+            let at = chart.backend_coord(&(step, y_of(bytes)));
             legend::cross(root, at, CROSS_R, style.colour)?;
             taken.push(PxBox::around(at, CROSS_R));
             deaths.push(Death {
@@ -447,6 +519,41 @@ mod tests {
     }
 
     #[test]
+    fn headroom_is_the_card_less_the_pool() {
+        const MIB: u64 = 1 << 20;
+        let chart = HighWaterChart {
+            title: String::new(),
+            card_bytes: 1024 * MIB,
+            series: vec![Series {
+                arm: "situ".into(),
+                label: "seed 1".into(),
+                points: vec![(1, 512 * MIB), (2, 1000 * MIB), (3, 1024 * MIB)],
+                died_at: Some(3),
+            }],
+        };
+        let svg = chart.to_headroom_svg();
+        let has = |text: &str| svg.lines().any(|l| l == text);
+        // Ticks at powers of two from 8 MiB (one below 24 MiB's) to 512 MiB, no capacity line;
+        // the death at zero headroom sits on the floor, labelled.
+        for text in [
+            "headroom (log scale)",
+            "8 MiB",
+            "16 MiB",
+            "512 MiB",
+            "s1 †3",
+        ] {
+            assert!(has(text), "{text} missing");
+        }
+        assert!(!svg.contains("card capacity") && !has("1 GiB") && !has("12 MiB"));
+        assert_eq!(
+            chart.to_svg(),
+            chart.clone().to_svg(),
+            "the chart is unchanged"
+        );
+        assert!(chart.to_svg().contains("card capacity (1 GiB)"));
+    }
+
+    #[test]
     fn axis_ends_round() {
         assert_eq!(round_up(400), 400);
         assert_eq!(round_up(157), 160);
@@ -469,9 +576,27 @@ fn y_range(lo: f64, hi: f64) -> (f64, f64) {
     }
 }
 
+/// The headroom axis, in base-2 logarithms of bytes: from the power of two below the least
+/// headroom above zero (one lower still, so that a zero sits below every line) to the one above
+/// the largest.
+fn log2_range(least: Option<u64>, most: u64) -> (f64, f64) {
+    let most = (most.max(2) as f64).log2().ceil();
+    let least = least.map_or(most - 4.0, |b| (b as f64).log2().floor());
+    ((least - 1.0).max(0.0), most.max(least + 1.0))
+}
+
 #[cfg(test)]
 mod y_range_tests {
-    use super::y_range;
+    use super::{log2_range, y_range};
+
+    #[test]
+    fn headroom_spans_whole_powers_of_two() {
+        // 5 MiB to 2.4 GiB: from 2 MiB (one below 4 MiB) to 4 GiB.
+        assert_eq!(log2_range(Some(5 << 20), 2_400 << 20), (21.0, 32.0));
+        // Nothing but zeros: a few powers of two under the largest.
+        assert_eq!(log2_range(None, 0), (0.0, 1.0));
+        assert_eq!(log2_range(Some(1 << 30), 1 << 30), (29.0, 31.0));
+    }
 
     #[test]
     fn starts_at_zero_unless_the_data_sit_high() {
