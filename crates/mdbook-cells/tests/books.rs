@@ -202,14 +202,52 @@ fn the_projects_own_book_builds_in_strict_mode() {
             browser::pages(&out).len() >= 20,
             "the book's pages were not found"
         );
-        let found = browser::audit_book(chromium, &out);
+        let (found, words) = browser::audit_book(chromium, &out);
         assert!(
             found.is_empty(),
             "{} defects a reader would see:\n{}",
             found.len(),
             found.join("\n")
         );
+        // Every chapter of the summary built, and the whole read within a reader's patience:
+        // at most 22 000 words of main text (issue 28: about 29 800 before it).
+        let summary = std::fs::read_to_string(root.join("src/SUMMARY.md")).unwrap();
+        for chapter in summary
+            .split("](")
+            .skip(1)
+            .filter_map(|s| s.split(')').next())
+        {
+            let page = chapter.replace(".md", ".html");
+            assert!(
+                words.iter().any(|(p, _)| *p == page),
+                "{chapter} is in the summary but was not built"
+            );
+        }
+        let total: usize = words.iter().map(|(_, n)| n).sum();
+        let pages: Vec<String> = words.iter().map(|(p, n)| format!("{n:6} {p}")).collect();
+        assert!(
+            total <= 22_000,
+            "the book asks {total} words of a reader, over 22 000:\n{}",
+            pages.join("\n")
+        );
     }
+}
+
+/// The audit over `book/` as the last `mdbook build` left it, for a writer at work: every
+/// finding and each page's words, without the strict build (`cargo test -p mdbook-cells --test
+/// books audit_the_last_build -- --ignored --nocapture`).
+#[test]
+#[ignore = "reads the book last built by `mdbook build`"]
+fn audit_the_last_build() {
+    let book = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book");
+    let chromium = browser::chromium().expect("chromium");
+    let (found, words) = browser::audit_book(chromium, &book);
+    for (page, n) in &words {
+        println!("{n:6} {page}");
+    }
+    let total: usize = words.iter().map(|(_, n)| n).sum();
+    println!("{total:6} words\n{}", found.join("\n"));
+    assert!(found.is_empty(), "{} findings", found.len());
 }
 
 /// An in-memory chapter for the `&str → String` seam, run with the basic fixture's settings.

@@ -1,9 +1,14 @@
 <script>
-// The book audit, run in a copy of each built page: what a reader would see wrong. Findings
-// land as JSON in body[data-audit]:
+// The book audit, run in a copy of each built page: what a reader would see wrong, and how
+// much they read. `{findings, words}` lands as JSON in body[data-audit]. Findings:
 // - a table wider than the content column (clipped or scrolled sideways);
 // - a literal backtick in a caption, a table cell or a badge (markdown that was not rendered);
-// - a figure element drawn with too little contrast against what it is drawn on.
+// - a figure element drawn with too little contrast against what it is drawn on;
+// - a figure or table without a number, or without the evidence it rests on (the build
+//   report's own tables aside: they are the engine's account of the build, not evidence);
+// - a glossary whose terms are out of alphabetical order.
+// Words: the page's main text outside code blocks, tables, figures, folded sections and the
+// engine's badges and notes (captions count: a reader reads them).
 (() => {
   const rgb = s => {
     const m = (s || '').match(/rgba?\(([^)]+)\)/);
@@ -79,6 +84,36 @@
         out.push(`invisible: ${e.tagName} "${(e.textContent || '').trim().slice(0, 30)}" at contrast ${Math.max(...seen).toFixed(2)} (${where(e)})`);
     });
   });
-  document.body.setAttribute('data-audit', JSON.stringify(out));
+  main.querySelectorAll('figure.cell-figure, table').forEach(e => {
+    if (e.closest('.cell-report')) return;
+    const kind = e.tagName === 'TABLE' ? 'Table' : 'Figure';
+    const cell = e.closest('.cell');
+    const caption = cell && cell.querySelector('.cell-caption, figcaption');
+    const label = caption && caption.querySelector('.cell-label');
+    if (!label || !new RegExp(`^${kind} [0-9.]+`).test(label.textContent.trim()))
+      out.push(`unnumbered: a ${kind.toLowerCase()} (${where(e)})`);
+    if (!caption || !caption.querySelector('.cell-evidence'))
+      out.push(`unlabelled: a ${kind.toLowerCase()} says nothing of its evidence (${where(e)})`);
+  });
+  const h1 = main.querySelector('h1');
+  if (h1 && h1.textContent.trim() === 'Glossary') {
+    // A term opens its paragraph in bold.
+    const terms = [...main.querySelectorAll('p > strong:first-child')]
+      .filter(b => b.parentElement.textContent.trimStart().startsWith(b.textContent))
+      .map(b => b.textContent.trim().replace(/[.:]$/, ''));
+    const key = t => t.toLowerCase().replace(/[^a-z0-9 ]/g, '');
+    terms.forEach((t, i) => {
+      if (i > 0 && key(terms[i - 1]).localeCompare(key(t)) > 0)
+        out.push(`glossary: "${t}" comes after "${terms[i - 1]}"`);
+    });
+  }
+  const unread = 'pre, table, figure, details, svg, script, style, .cell-badge, .cell-export, ' +
+    '.cell-note, .cell-report';
+  let words = 0;
+  const walk = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  for (let t = walk.nextNode(); t; t = walk.nextNode())
+    if (!t.parentElement.closest(unread))
+      words += t.textContent.split(/\s+/).filter(w => w).length;
+  document.body.setAttribute('data-audit', JSON.stringify({ findings: out, words }));
 })();
 </script>

@@ -1,7 +1,8 @@
 //! The built book as a reader sees it: every page loaded in headless Chromium, in the light
 //! theme and a dark one, with `audit.js` reporting tables wider than the content column,
-//! literal backticks in captions, table cells and badges, and figure elements drawn with too
-//! little contrast to be seen.
+//! literal backticks in captions, table cells and badges, figure elements drawn with too
+//! little contrast to be seen, figures and tables without a number or an evidence label, a
+//! glossary out of order, and how many words the page asks a reader to read.
 
 use std::path::{Path, PathBuf};
 
@@ -22,8 +23,15 @@ const AUDIT: &str = include_str!("audit.js");
 /// Themes the book is read in: mdbook's default and its most used dark one.
 pub(crate) const THEMES: [&str; 2] = ["light", "coal"];
 
-/// The audit's findings for `page` read in `theme`.
-pub(crate) fn audit(chromium: &str, page: &Path, theme: &str) -> Vec<String> {
+/// What the audit found on one page, and the words of its main text.
+#[derive(serde::Deserialize)]
+pub(crate) struct Audit {
+    pub(crate) findings: Vec<String>,
+    pub(crate) words: usize,
+}
+
+/// The audit of `page` read in `theme`.
+pub(crate) fn audit(chromium: &str, page: &Path, theme: &str) -> Audit {
     // The theme goes in before mdbook's own script reads it; the audit runs last.
     let head = format!("<script>localStorage.setItem('mdbook-theme', '{theme}');</script>");
     let tag = format!("audit-{theme}");
@@ -105,33 +113,51 @@ pub(crate) fn pages(book: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Every page of `book`, in every theme, two Chromiums at a time; findings as
-/// `page (theme): finding`.
-pub(crate) fn audit_book(chromium: &str, book: &Path) -> Vec<String> {
+/// Every page of `book`, in every theme, two Chromiums at a time: the findings as
+/// `page (theme): finding`, and each page's words (read in the first theme), in page order.
+pub(crate) fn audit_book(chromium: &str, book: &Path) -> (Vec<String>, Vec<(String, usize)>) {
     let jobs: Vec<(PathBuf, &str)> = pages(book)
         .into_iter()
         .flat_map(|p| THEMES.map(|t| (p.clone(), t)))
         .collect();
     let (even, odd): (Vec<_>, Vec<_>) = jobs.iter().enumerate().partition(|(i, _)| i % 2 == 0);
-    let run = |half: Vec<(usize, &(PathBuf, &str))>| -> Vec<String> {
-        half.into_iter()
-            .flat_map(|(_, (page, theme))| {
-                let name = page.strip_prefix(book).unwrap().display().to_string();
-                audit(chromium, page, theme)
+    type Found = (Vec<String>, Vec<(usize, String, usize)>);
+    let run = |half: Vec<(usize, &(PathBuf, &str))>| -> Found {
+        let mut found: Found = Default::default();
+        for (i, (page, theme)) in half {
+            let name = page.strip_prefix(book).unwrap().display().to_string();
+            let audit = audit(chromium, page, theme);
+            found.0.extend(
+                audit
+                    .findings
                     .into_iter()
-                    .map(move |f| format!("{name} ({theme}): {f}"))
-            })
-            .collect()
+                    .map(|f| format!("{name} ({theme}): {f}")),
+            );
+            if *theme == THEMES[0] {
+                found.1.push((i, name, audit.words));
+            }
+        }
+        found
     };
-    std::thread::scope(|s| {
+    let (mut findings, mut words) = std::thread::scope(|s| {
         let a = s.spawn(|| run(even));
         let mut found = run(odd);
-        found.extend(a.join().unwrap());
+        let (f, w) = a.join().unwrap();
+        found.0.extend(f);
+        found.1.extend(w);
         found
-    })
+    });
+    findings.sort();
+    words.sort();
+    (
+        findings,
+        words.into_iter().map(|(_, page, n)| (page, n)).collect(),
+    )
 }
 
-/// The audit finds what it is for: a wide table, a literal backtick, invisible figure text.
+/// The audit finds what it is for: a wide table, a literal backtick, invisible figure text, a
+/// table and a figure without a number or evidence, a glossary out of order; and it counts
+/// the words a reader reads, not those in code, tables, figures or folded sections.
 #[test]
 fn the_audit_catches_each_defect() {
     let Some(chromium) = chromium() else { return };
@@ -145,24 +171,36 @@ fn the_audit_catches_each_defect() {
         &page,
         format!(
             "<html><head></head><body style=\"background: white\"><main style=\"width: 600px\">\
-             <table style=\"white-space: nowrap\"><tr>{cells}</tr></table>\
-             <div class=\"cell\" id=\"fig-x\"><p class=\"cell-caption\">the `mid` tensor</p>\
+             <h1>Glossary</h1><p><strong>Pool.</strong> One two.</p><p><strong>Page.</strong> \
+             Three <code>four</code> five.</p>\
+             <div class=\"cell\" id=\"tbl-x\"><p class=\"cell-caption\"><span class=\"cell-label\">\
+             Table 1.1:</span> wide</p><div class=\"cell-table\">\
+             <table style=\"white-space: nowrap\"><tr>{cells}</tr></table></div></div>\
+             <div class=\"cell\" id=\"fig-x\"><p class=\"cell-caption\">the `mid` tensor\
+             <span class=\"cell-evidence\">measured on a GPU</span></p>\
              <figure class=\"cell-figure\"><svg width=\"400\" height=\"200\">\
              <text x=\"10\" y=\"50\" fill=\"#fefefe\">lost label</text>\
              <text x=\"10\" y=\"90\" fill=\"#222\">kept label</text></svg></figure></div>\
+             <pre>not read</pre><details><summary>folded</summary>not read</details>\
              </main></body></html>"
         ),
     )
     .unwrap();
-    let found = audit(chromium, &page, "light");
-    assert_eq!(found.len(), 3, "{found:#?}");
-    assert!(found[0].starts_with("overflow: a table"), "{found:#?}");
-    assert!(
-        found[1].starts_with("backtick: p \"the `mid` tensor\""),
-        "{found:#?}"
-    );
-    assert!(
-        found[2].starts_with("invisible: text \"lost label\""),
-        "{found:#?}"
-    );
+    let audit = audit(chromium, &page, "light");
+    let found = audit.findings;
+    let expected = [
+        "overflow: a table",
+        "backtick: p \"the `mid` tensor",
+        "invisible: text \"lost label\"",
+        "unlabelled: a table says nothing of its evidence (tbl-x)",
+        "unnumbered: a figure (fig-x)",
+        "glossary: \"Page\" comes after \"Pool\"",
+    ];
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+    for (f, e) in found.iter().zip(expected) {
+        assert!(f.starts_with(e), "{f:?} is not {e:?}: {found:#?}");
+    }
+    // Glossary, Pool., One two., Page., Three four five., Table 1.1:, wide, the `mid` tensor,
+    // measured on a GPU.
+    assert_eq!(audit.words, 1 + 1 + 2 + 1 + 3 + 2 + 1 + 3 + 4);
 }
