@@ -158,6 +158,79 @@ impl ComputeStorage for SimStorage {
     }
 }
 
+/// Which page a request of a given size gets: every size from `smallest` to `largest` bytes
+/// goes to the pool whose pages are `page` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SizeClass {
+    /// The smallest request of the class, in bytes.
+    pub smallest: u64,
+    /// The largest request of the class, in bytes.
+    pub largest: u64,
+    /// The size of the pool's pages.
+    pub page: u64,
+    /// Whether the pool cuts several requests of the class from one page (a request no larger
+    /// than the pool's largest slice); otherwise each request fills most of a page of its own.
+    pub shared: bool,
+}
+
+/// The dynamic pools' size classes on a card reporting `total_bytes`, in order of size.
+///
+/// The arithmetic is cubecl-runtime 0.10's (`MemoryManagement::from_configuration`,
+/// `MemoryConfiguration::SubSlices`, the default cubecl-cuda uses): pages of a quarter of the
+/// card, then pools with pages a quarter of the last while they stay at least 32 MiB, each
+/// lending slices up to its page over 2^k; a request goes to the first pool (smallest pages
+/// first) whose largest slice holds it, or whose page it fills to more than 80 %
+/// (`SlicedPool::accept`). Requests over the largest page fit no pool. [`CardPool::page_for`]
+/// asks CubeCL's own code, and the tests hold every class's ends to it.
+pub fn size_classes(total_bytes: u64) -> Vec<SizeClass> {
+    const MIB: u64 = 1 << 20;
+    let props = cuda_memory_properties(total_bytes);
+    let (align, max_page) = (props.alignment, props.max_page_size);
+    // (page, largest slice), smallest pages first, as the pools are tried.
+    let mut pools = Vec::new();
+    let (mut current, mut base) = (max_page, 1u32);
+    while current >= 32 * MIB {
+        current = (current / 4).next_multiple_of(align);
+        pools.push((current, current / 2u64.pow(base)));
+        base += 1;
+    }
+    pools.reverse();
+    let last = max_page / align * align;
+    pools.push((last, last));
+    let pool_for = |size: u64| {
+        pools.iter().copied().find(|&(page, slice)| {
+            size <= slice || page.checked_sub(size).is_some_and(|d| d * 5 < page)
+        })
+    };
+    // Where the answer can change: past a largest slice, past 80 % of a page, past a page.
+    let mut starts: Vec<u64> = pools
+        .iter()
+        .flat_map(|&(page, slice)| [slice + 1, page * 4 / 5 + 1, page + 1])
+        .chain([1])
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let mut classes: Vec<SizeClass> = Vec::new();
+    for (i, &start) in starts.iter().enumerate() {
+        let Some((page, slice)) = pool_for(start) else {
+            continue;
+        };
+        let end = starts.get(i + 1).map_or(last, |next| next - 1);
+        match classes.last_mut() {
+            Some(c) if c.page == page && c.shared == (start <= slice) && c.largest + 1 == start => {
+                c.largest = end;
+            }
+            _ => classes.push(SizeClass {
+                smallest: start,
+                largest: end,
+                page,
+                shared: start <= slice,
+            }),
+        }
+    }
+    classes
+}
+
 /// A reserve the pool could not satisfy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("failed to reserve {requested} bytes: the storage refused a page of {page} bytes")]
@@ -229,6 +302,14 @@ impl CardPool {
         })
     }
 
+    /// The page a fresh pool on a card reporting `total_bytes` opens for one request of `size`
+    /// bytes, as CubeCL's own code decides it; `None` when no pool takes the size.
+    pub fn page_for(total_bytes: u64, size: u64) -> Option<u64> {
+        let mut pool = CardPool::cuda(total_bytes, total_bytes);
+        let _held = pool.reserve(size).ok()?;
+        pool.storage().page_sizes().first().copied()
+    }
+
     /// Switches between the persistent pool (parameters at init, as burn's
     /// `memory_persistent_allocations` does) and the dynamic pools.
     pub fn set_persistent(&mut self, persistent: bool) {
@@ -267,6 +348,32 @@ impl CardPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn size_classes_are_cubecls_own_at_both_ends() {
+        const GIB: u64 = 1 << 30;
+        for total in [16 * GIB, 24 * GIB, 80 * GIB, 143_771_336_704] {
+            let classes = size_classes(total);
+            assert_eq!(classes[0].smallest, 1);
+            for pair in classes.windows(2) {
+                assert_eq!(pair[0].largest + 1, pair[1].smallest, "{classes:#?}");
+            }
+            for c in &classes {
+                for size in [c.smallest, c.largest] {
+                    assert_eq!(
+                        CardPool::page_for(total, size),
+                        Some(c.page),
+                        "{size} in {c:?}"
+                    );
+                }
+            }
+            let over = classes.last().unwrap().largest + 1;
+            assert_eq!(CardPool::page_for(total, over), None);
+        }
+        // A 16 GiB card: a 128 MiB tensor takes a page of 1 GiB, a 64 MiB one a page of its own.
+        assert_eq!(CardPool::page_for(16 * GIB, 128 << 20), Some(GIB));
+        assert_eq!(CardPool::page_for(16 * GIB, 64 << 20), Some(64 << 20));
+    }
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
