@@ -756,6 +756,32 @@ pub fn compare(driver: &DriverGraph, model: &Graph) -> Comparison {
     comparison
 }
 
+/// The pool tensors the driver's graph holds at other offsets than the model's capture puts
+/// them, by name: the GPU arm laid out the tensors where the model's allocator of its day put
+/// them, so a dump made before a change of the allocator's rules keeps the old layout.
+/// Offsets are taken from the lowest pool address on each side.
+pub fn layout_differences(driver: &DriverGraph, model: &Graph) -> Vec<String> {
+    let pool: Vec<&Region> = (driver.regions.iter())
+        .filter(|r| r.home == RegionHome::Pool)
+        .collect();
+    let driver_base = pool.iter().map(|r| r.start).min().unwrap_or(0);
+    let model_base = (model.placements.iter().zip(&model.tensors))
+        .filter(|(_, t)| t.home == crate::program::Home::Pool)
+        .filter_map(|(p, _)| p.as_ref().map(|p| p.range.start))
+        .min()
+        .unwrap_or(0);
+    let mut differ = vec![];
+    for r in pool {
+        let at = (model.tensors.iter().position(|t| t.name == r.name))
+            .and_then(|i| model.placements[i].as_ref())
+            .map(|p| (p.range.start - model_base, p.range.end - model_base));
+        if at != Some((r.start - driver_base, r.end - driver_base)) {
+            differ.push(r.name.clone());
+        }
+    }
+    differ
+}
+
 fn is_harness(graph: &DriverGraph, name: &str) -> bool {
     (graph.regions.iter()).any(|r| r.name == name && r.home == RegionHome::Harness)
 }

@@ -1,35 +1,117 @@
-//! The graph's private pool: a caching allocator in the manner of PyTorch's, simplified.
+//! The graph's private pool: PyTorch's caching allocator (`c10/cuda/CUDACachingAllocator.cpp`,
+//! native backend, default settings) reduced to the rules that decide where a tensor lands.
 //!
-//! - Blocks are tagged with the stream they were allocated on and reused only by allocations on
-//!   that stream: stream order makes that safe *for work on that stream*. A use on another
-//!   stream is invisible unless recorded ([`Pool::free`] with `recorded = true`).
-//! - A freed block is reusable at once by a later allocation (during capture, "later" means
-//!   later in host order), best fit, smallest block first, then lowest address; a larger block
-//!   is split when the rest is worth keeping, and a freed block merges with free neighbours of
-//!   its segment.
-//! - Requests up to 1 MiB come from small segments of 2 MiB; larger ones from a segment of the
-//!   request rounded up to 2 MiB. A large block is split only if more than 1 MiB remains.
-//!   (PyTorch gives requests under 10 MiB a 20 MiB segment; we round every large request to
-//!   2 MiB instead, which keeps layouts readable and changes no reuse in the incident's step.)
-//! - A block freed with a recorded use on another stream is held back until the capture ends,
-//!   as PyTorch defers such frees while a capture is under way.
+//! - **Rounding.** A request is rounded up to a multiple of 512 B, at least 512 B
+//!   (`kMinBlockSize`, `round_size`; `roundup_power2_divisions` is off by default).
+//! - **Two pools.** A rounded request of at most 1 MiB (`kSmallSize`) is *small* and is served
+//!   only from small segments; anything larger is *large* and only from large segments
+//!   (`get_pool`). A graph's private pool keeps the same two halves.
+//! - **Segment sizes.** When no free block fits, a new segment is taken from the device: 2 MiB
+//!   for a small request (`kSmallBuffer`), 20 MiB for a large one under 10 MiB
+//!   (`kLargeBuffer` for requests below `kMinLargeAlloc`), and the request rounded up to
+//!   2 MiB (`kRoundLarge`) from 10 MiB on (`get_allocation_size`).
+//! - **Stream tags.** A block belongs to the stream it was allocated on and is reused only by
+//!   requests on that stream (the free lists are ordered by stream first). Stream order makes
+//!   that safe for work on that stream; a use on another stream is invisible to the allocator
+//!   unless recorded ([`Pool::free`] with `recorded = true`, PyTorch's `record_stream`).
+//! - **Best fit.** Among the free blocks of the right pool and stream, the smallest that fits,
+//!   then the lowest address (`BlockComparatorSize`, `get_free_block`). A block freed during
+//!   capture is reusable at once by a later request in host order.
+//! - **Splitting.** The block handed out is cut to the request when the rest is worth keeping:
+//!   in the small pool when at least 512 B remain, in the large pool when more than 1 MiB
+//!   remains (`should_split`; `max_split_size` is unlimited by default, so no block is too big
+//!   to split). The rest stays a free block of the same segment and stream.
+//! - **Merging.** A freed block merges with free neighbours of its own segment
+//!   (`free_block`, `try_merge_blocks`); blocks of different segments never merge.
+//! - **Deferred frees.** A block freed with a recorded use on another stream while a capture is
+//!   under way is held back, unmerged, until the capture ends
+//!   (`needs_events_deferred_until_no_capture`): no request of the capture gets it.
+//!
+//! Left out, because a captured decode step never reaches them: freeing cached segments and
+//! retrying when the device is full, expandable segments, garbage collection and the
+//! `PYTORCH_CUDA_ALLOC_CONF` options.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::program::Stream;
 
-const ALIGN: u64 = 512;
 const MIB: u64 = 1 << 20;
-/// Requests up to this size come from the small pool.
+/// Every block is a multiple of this many bytes, and at least this large (`kMinBlockSize`).
+pub const MIN_BLOCK: u64 = 512;
+/// Rounded requests up to this size come from the small pool (`kSmallSize`, 1 MiB).
 pub const SMALL_LIMIT: u64 = MIB;
-const SMALL_SEGMENT: u64 = 2 * MIB;
-const LARGE_ROUND: u64 = 2 * MIB;
+/// A small pool's segment (`kSmallBuffer`, 2 MiB).
+pub const SMALL_SEGMENT: u64 = 2 * MIB;
+/// Large requests below this size get a [`LARGE_SEGMENT`] (`kMinLargeAlloc`, 10 MiB).
+pub const MIN_LARGE_ALLOC: u64 = 10 * MIB;
+/// The segment of a large request under [`MIN_LARGE_ALLOC`] (`kLargeBuffer`, 20 MiB).
+pub const LARGE_SEGMENT: u64 = 20 * MIB;
+/// Larger requests get a segment of their size rounded up to this (`kRoundLarge`, 2 MiB).
+pub const ROUND_LARGE: u64 = 2 * MIB;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Size {
+/// Which half of the pool serves a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Size {
+    /// Rounded requests of at most [`SMALL_LIMIT`].
     Small,
+    /// Everything larger.
     Large,
+}
+
+impl Size {
+    /// The half's name, as PyTorch's memory snapshots call it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Size::Small => "small",
+            Size::Large => "large",
+        }
+    }
+}
+
+/// What the allocator's rules make of a request before looking at any free block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The request rounded to [`MIN_BLOCK`]: the block handed out is at least this.
+    pub rounded: u64,
+    /// The half of the pool that serves it.
+    pub class: Size,
+    /// The segment taken from the device if no free block fits.
+    pub segment: u64,
+}
+
+impl Request {
+    /// The rules for `bytes`: rounding (`round_size`), pool (`get_pool`) and segment size
+    /// (`get_allocation_size`).
+    pub fn new(bytes: u64) -> Request {
+        let rounded = bytes.max(1).next_multiple_of(MIN_BLOCK);
+        let class = if rounded <= SMALL_LIMIT {
+            Size::Small
+        } else {
+            Size::Large
+        };
+        let segment = match class {
+            Size::Small => SMALL_SEGMENT,
+            Size::Large if rounded < MIN_LARGE_ALLOC => LARGE_SEGMENT,
+            Size::Large => rounded.next_multiple_of(ROUND_LARGE),
+        };
+        Request {
+            rounded,
+            class,
+            segment,
+        }
+    }
+
+    /// Whether a free block of `block` bytes is cut down to this request (`should_split`): the
+    /// rest must be at least [`MIN_BLOCK`] in the small pool, more than [`SMALL_LIMIT`] in the
+    /// large one.
+    pub fn splits(&self, block: u64) -> bool {
+        let rest = block - self.rounded;
+        match self.class {
+            Size::Small => rest >= MIN_BLOCK,
+            Size::Large => rest > SMALL_LIMIT,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,12 +147,8 @@ impl Pool {
 
     /// A block for `bytes` on `stream`; returns the block's address range.
     pub fn alloc(&mut self, bytes: u64, stream: Stream) -> Range<u64> {
-        let size = bytes.max(1).next_multiple_of(ALIGN);
-        let class = if size <= SMALL_LIMIT {
-            Size::Small
-        } else {
-            Size::Large
-        };
+        let request = Request::new(bytes);
+        let (size, class) = (request.rounded, request.class);
         let best = self
             .blocks
             .iter()
@@ -79,13 +157,10 @@ impl Pool {
             })
             .min_by_key(|(addr, b)| (b.size, **addr))
             .map(|(addr, _)| *addr);
-        let addr = best.unwrap_or_else(|| self.new_segment(size, stream, class));
+        let addr = best.unwrap_or_else(|| self.new_segment(request, stream));
         let block = self.blocks.get_mut(&addr).expect("a free block was found");
         let rest = block.size - size;
-        let split = match class {
-            Size::Small => rest >= ALIGN,
-            Size::Large => rest > SMALL_LIMIT,
-        };
+        let split = request.splits(block.size);
         block.state = State::Used;
         if split {
             block.size = size;
@@ -99,11 +174,8 @@ impl Pool {
         addr..addr + self.blocks[&addr].size
     }
 
-    fn new_segment(&mut self, size: u64, stream: Stream, class: Size) -> u64 {
-        let bytes = match class {
-            Size::Small => SMALL_SEGMENT,
-            Size::Large => size.next_multiple_of(LARGE_ROUND),
-        };
+    fn new_segment(&mut self, request: Request, stream: Stream) -> u64 {
+        let (bytes, class) = (request.segment, request.class);
         let addr = self.next_segment_at;
         self.next_segment_at += bytes;
         self.segments += 1;
@@ -181,6 +253,93 @@ mod tests {
     use super::*;
     use Stream::*;
 
+    const KIB: u64 = 1024;
+
+    /// The segment a fresh pool takes for one request of `bytes`, and the block it hands out.
+    fn first(bytes: u64) -> (u64, Range<u64>) {
+        let mut pool = Pool::new();
+        let block = pool.alloc(bytes, Main);
+        (pool.reserved(), block)
+    }
+
+    #[test]
+    fn segment_sizes_follow_get_allocation_size() {
+        // 512 B and 1 MiB are small: a 2 MiB segment, the block cut to the request.
+        assert_eq!(first(512), (2 * MIB, 0..512));
+        assert_eq!(first(MIB), (2 * MIB, 0..MIB));
+        assert_eq!(Request::new(MIB).class, Size::Small);
+        // Just over 1 MiB is large: a 20 MiB segment.
+        assert_eq!(Request::new(MIB + 1).class, Size::Large);
+        assert_eq!(first(MIB + 1).0, 20 * MIB);
+        // 4 MiB: a 20 MiB segment, split (16 MiB remain).
+        assert_eq!(first(4 * MIB), (20 * MIB, 0..4 * MIB));
+        // Under 10 MiB still gets 20 MiB; from 10 MiB on, the request rounded to 2 MiB. The
+        // rule reads the rounded size: 10 MiB - 1 B rounds to 10 MiB.
+        assert_eq!(first(10 * MIB - 512).0, 20 * MIB);
+        assert_eq!(first(10 * MIB - 1).0, 10 * MIB);
+        assert_eq!(first(10 * MIB).0, 10 * MIB);
+        // 12 MiB: a segment of exactly 12 MiB, the whole of it the block.
+        assert_eq!(first(12 * MIB), (12 * MIB, 0..12 * MIB));
+        // 12 MiB + 1 B: a 14 MiB segment; 2 MiB - 512 B remain, more than 1 MiB: split.
+        assert_eq!(first(12 * MIB + 1), (14 * MIB, 0..12 * MIB + 512));
+        // 13.5 MiB: a 14 MiB segment; 512 KiB would remain, not worth a block.
+        assert_eq!(first(13 * MIB + 512 * KIB), (14 * MIB, 0..14 * MIB));
+    }
+
+    #[test]
+    fn requests_round_to_512_bytes() {
+        assert_eq!(Request::new(0).rounded, 512);
+        assert_eq!(Request::new(1).rounded, 512);
+        assert_eq!(Request::new(512).rounded, 512);
+        assert_eq!(Request::new(513).rounded, 1024);
+        assert_eq!(Request::new(MIB + 1).rounded, MIB + 512);
+        // 1 MiB - 1 rounds to 1 MiB: still small.
+        assert_eq!(Request::new(MIB - 1).class, Size::Small);
+    }
+
+    #[test]
+    fn small_blocks_split_at_512_bytes_and_large_ones_above_1_mib() {
+        // Small: a 2 MiB segment cut down to 512 B.
+        let mut pool = Pool::new();
+        let a = pool.alloc(MIB, Side);
+        let b = pool.alloc(MIB - 512, Side);
+        assert_eq!(b, a.end..SMALL_SEGMENT - 512, "512 B remain: split");
+        let c = pool.alloc(300, Side);
+        assert_eq!(c, b.end..SMALL_SEGMENT, "the 512 B remainder was a block");
+        assert_eq!(pool.reserved(), SMALL_SEGMENT);
+        assert!(Request::new(MIB).splits(MIB + 512));
+        assert!(!Request::new(MIB).splits(MIB));
+        // Large: a remainder of exactly 1 MiB stays with the block; 1 MiB + 512 B is split off.
+        let r = Request::new(3 * MIB);
+        assert!(!r.splits(4 * MIB));
+        assert!(r.splits(4 * MIB + 512));
+        let mut pool = Pool::new();
+        let big = pool.alloc(19 * MIB, Main);
+        assert_eq!(big, 0..20 * MIB, "1 MiB would remain: not split");
+        let mut pool = Pool::new();
+        let big = pool.alloc(19 * MIB - 512, Main);
+        assert_eq!(big, 0..19 * MIB - 512, "1 MiB + 512 B remain: split");
+    }
+
+    #[test]
+    fn small_and_large_requests_never_share_a_segment() {
+        let mut pool = Pool::new();
+        let large = pool.alloc(4 * MIB, Main);
+        let small = pool.alloc(4 * KIB, Main);
+        assert!(
+            small.start >= 20 * MIB,
+            "16 MiB free in the large segment, unused"
+        );
+        assert_eq!(pool.reserved(), 20 * MIB + 2 * MIB);
+        pool.free(small.start, false);
+        pool.free(large.start, false);
+        let again = pool.alloc(MIB + 1, Main);
+        assert_eq!(
+            again.start, large.start,
+            "a large request takes a large block"
+        );
+    }
+
     #[test]
     fn a_freed_block_goes_to_the_next_fitting_request_on_its_stream() {
         let mut pool = Pool::new();
@@ -191,6 +350,72 @@ mod tests {
         let b = pool.alloc(20 * MIB, Main);
         assert_eq!(b.start, a.start, "main reuses its freed block");
         assert_eq!(pool.reserved(), 30 * MIB + 20 * MIB);
+    }
+
+    #[test]
+    fn the_remainder_of_a_segment_keeps_the_segments_stream() {
+        let mut pool = Pool::new();
+        let a = pool.alloc(2 * MIB, Side);
+        let b = pool.alloc(2 * MIB, Main);
+        assert!(
+            b.start >= 20 * MIB,
+            "main never gets the side segment's 18 MiB"
+        );
+        let c = pool.alloc(2 * MIB, Side);
+        assert_eq!(c.start, a.end, "side does");
+    }
+
+    #[test]
+    fn best_fit_takes_the_smallest_block_then_the_lowest_address() {
+        let mut pool = Pool::new();
+        // Three 12 MiB segments (exact), then free the first and third, and a 20 MiB segment
+        // with a 6 MiB hole.
+        let s1 = pool.alloc(12 * MIB, Main);
+        let s2 = pool.alloc(12 * MIB, Main);
+        let s3 = pool.alloc(12 * MIB, Main);
+        pool.free(s3.start, false);
+        pool.free(s1.start, false);
+        let x = pool.alloc(11 * MIB + 512 * KIB, Main);
+        assert_eq!(x, s1, "equal sizes: the lower address");
+        let _ = s2;
+        let y = pool.alloc(6 * MIB, Main);
+        assert_eq!(y.start, s3.start, "the only free block that fits");
+        assert_eq!(y.end, s3.start + 6 * MIB, "split: 6 MiB remain");
+        let z = pool.alloc(5 * MIB, Main);
+        assert_eq!(
+            z.start, y.end,
+            "the 6 MiB remainder, smaller than any new segment"
+        );
+    }
+
+    #[test]
+    fn best_fit_splits_and_merges_back() {
+        let mut pool = Pool::new();
+        let seg = pool.alloc(12 * MIB, Main);
+        pool.free(seg.start, false);
+        let a = pool.alloc(3 * MIB, Main);
+        assert_eq!(a, 0..3 * MIB, "split: 9 MiB remain");
+        let b = pool.alloc(8 * MIB + 512 * KIB, Main);
+        assert_eq!(b, a.end..seg.end, "512 KiB would remain: not split");
+        pool.free(a.start, false);
+        pool.free(b.start, false);
+        assert_eq!(pool.alloc(12 * MIB, Main), seg, "the halves merged back");
+        assert_eq!(pool.reserved(), 12 * MIB);
+    }
+
+    #[test]
+    fn blocks_of_different_segments_never_merge() {
+        let mut pool = Pool::new();
+        let a = pool.alloc(12 * MIB, Main);
+        let b = pool.alloc(12 * MIB, Main);
+        assert_eq!(a.end, b.start, "adjacent segments");
+        pool.free(a.start, false);
+        pool.free(b.start, false);
+        let c = pool.alloc(24 * MIB, Main);
+        assert!(
+            c.start >= b.end,
+            "two free neighbours of different segments stay apart"
+        );
     }
 
     #[test]
@@ -206,33 +431,15 @@ mod tests {
     }
 
     #[test]
-    fn best_fit_splits_and_merges_back() {
+    fn a_deferred_block_does_not_merge_until_the_capture_ends() {
         let mut pool = Pool::new();
-        let big = pool.alloc(8 * MIB, Main);
-        let small = pool.alloc(4096, Main);
-        assert!(small.start >= big.end, "small and large pools are apart");
-        pool.free(big.start, false);
-        let a = pool.alloc(3 * MIB, Main);
-        assert_eq!(
-            a,
-            big.start..big.start + 3 * MIB,
-            "split: more than 1 MiB remains"
-        );
-        let b = pool.alloc(4 * MIB + 512 * 1024, Main);
-        assert_eq!(b.start, a.end, "the remainder is a block of its own");
-        assert_eq!(b.end, big.end, "less than 1 MiB would remain: not split");
-        pool.free(a.start, false);
+        let a = pool.alloc(4 * MIB, Main);
+        pool.free(a.start, true);
+        // The segment's 16 MiB remainder is free; the deferred 4 MiB does not join it.
+        let b = pool.alloc(18 * MIB, Main);
+        assert!(b.start >= 20 * MIB, "the held block did not merge");
+        pool.end_capture();
         pool.free(b.start, false);
-        assert_eq!(pool.alloc(8 * MIB, Main), big, "the halves merged back");
-    }
-
-    #[test]
-    fn requests_are_aligned_and_segments_rounded() {
-        let mut pool = Pool::new();
-        let a = pool.alloc(1000, Side);
-        assert_eq!(a.end - a.start, 1024);
-        let b = pool.alloc(5 * MIB + 1, Side);
-        assert_eq!(b.start, 2 * MIB);
-        assert_eq!(pool.reserved(), 2 * MIB + 6 * MIB);
+        assert_eq!(pool.alloc(20 * MIB, Main), 0..20 * MIB, "now it has");
     }
 }

@@ -212,6 +212,9 @@ pub struct Judged {
     pub driver_races: Option<usize>,
     /// Races on the model's graph.
     pub model_races: usize,
+    /// The pool tensors the GPU ran at other offsets than the model now places them (see
+    /// [`driver::layout_differences`]); empty when the layouts agree or nothing was captured.
+    pub moved: Vec<String>,
     /// Latent hazards on the model's graph (unrecorded frees).
     pub latent: usize,
     /// What the GPU saw.
@@ -253,17 +256,23 @@ pub fn judge(
             .find(|r| r.variant == name)
             .ok_or_else(|| JudgeError::NoResult(name.clone()))?
             .clone();
-        let driver_races = match v.config.mode {
-            Mode::Eager => None,
+        let model = capture(&decode_step(&v.config, v.sessions))
+            .map_err(|e| JudgeError::Capture(name.clone(), e.to_string()))?;
+        // The driver's races as tensor pairs, and the tensors the GPU placed elsewhere.
+        let (driver_races, on_gpu, moved) = match v.config.mode {
+            Mode::Eager => (None, None, vec![]),
             Mode::Captured => {
                 let g = graphs
                     .graph(&name)
                     .ok_or_else(|| JudgeError::NoGraph(name.clone()))?;
-                Some(driver::check(g).len())
+                let races = driver::check(g);
+                let pairs: Vec<(String, String)> = (races.iter())
+                    .map(|w| (w.first.tensor.clone(), w.second.tensor.clone()))
+                    .collect();
+                let moved = driver::layout_differences(g, &model);
+                (Some(races.len()), Some(pairs), moved)
             }
         };
-        let model = capture(&decode_step(&v.config, v.sessions))
-            .map_err(|e| JudgeError::Capture(name.clone(), e.to_string()))?;
         let report = check(&model);
         let model_races = report.races().count();
         let flagged = driver_races.unwrap_or(model_races) > 0;
@@ -275,15 +284,23 @@ pub fn judge(
             (false, false) => Verdict::CleanClean,
         };
         let times = measured_times(&model, &gpu.kernels);
+        // The margin of the races the GPU ran: on its graph where there is one.
+        let ran = |a: &Use, b: &Use| {
+            on_gpu
+                .as_ref()
+                .is_none_or(|pairs| (pairs.iter()).any(|(x, y)| *x == a.tensor && *y == b.tensor))
+        };
         let margin_us = (report.findings.iter())
             .filter(|_| flagged)
             .filter_map(Finding::race_pair)
+            .filter(|(a, b)| ran(a, b))
             .filter_map(|(a, b)| margin(&model, &times, a, b))
             .min_by(f64::total_cmp);
         judged.push(Judged {
             variant: name,
             driver_races,
             model_races,
+            moved,
             latent: report.findings.len() - model_races,
             gpu,
             verdict,

@@ -88,16 +88,23 @@ fn the_driver_graph_of_the_incident_has_the_race_with_a_witness_that_holds() {
     assert!(text.contains("missing edge"), "{text}");
 }
 
+/// The dump's graphs whose tensors the GPU arm laid out at other offsets than the model now
+/// does: the dump was made when the model rounded every large segment to 2 MiB, and at 36
+/// sessions fp8 keys (9.3 MiB) now get PyTorch's 20 MiB segment, recorded or not.
+const MOVED_SINCE_THE_DUMP: [&str; 2] = ["fp8-recorded", "fp8"];
+
 #[test]
 fn the_driver_and_the_model_agree_on_order_and_races_in_every_configuration() {
     let dump = dump();
+    let mut moved = vec![];
     for graph in &dump.graphs {
         let model = capture(&decode_step(&config(&graph.config), graph.sessions)).unwrap();
         let comparison = driver::compare(graph, &model);
         assert!(comparison.agrees(), "{}: {comparison:#?}", graph.config);
         assert_eq!(comparison.matched, model.nodes.len(), "{}", graph.config);
         assert_eq!(comparison.harness.len(), 1, "the replay counter's bump");
-        // The same tensors race in both.
+        // The same tensors race in both where the layout is the same; where it moved, the
+        // model's races include the driver's.
         let on_driver: BTreeSet<(String, String)> = (driver::check(graph).into_iter())
             .map(|w| (w.first.tensor, w.second.tensor))
             .collect();
@@ -112,8 +119,14 @@ fn the_driver_and_the_model_agree_on_order_and_races_in_every_configuration() {
                 graphrace::Finding::UnrecordedFree { .. } => None,
             })
             .collect();
-        assert_eq!(on_driver, on_model, "{}", graph.config);
+        if driver::layout_differences(graph, &model).is_empty() {
+            assert_eq!(on_driver, on_model, "{}", graph.config);
+        } else {
+            moved.push(graph.config.as_str());
+            assert!(on_driver.is_subset(&on_model), "{}", graph.config);
+        }
     }
+    assert_eq!(moved, MOVED_SINCE_THE_DUMP);
 }
 
 #[test]
@@ -204,11 +217,15 @@ fn no_variant_the_check_calls_clean_corrupted_on_the_gpu() {
     for j in &judged {
         assert_ne!(j.verdict, Verdict::CleanCorrupted, "{j:#?}");
         if let Some(d) = j.driver_races {
-            assert_eq!(
-                d, j.model_races,
-                "{}: the driver's graph and the model's",
-                j.variant
-            );
+            if j.moved.is_empty() {
+                assert_eq!(
+                    d, j.model_races,
+                    "{}: the driver's graph and the model's",
+                    j.variant
+                );
+            } else {
+                assert!(d <= j.model_races, "{}: moved, and fewer races", j.variant);
+            }
         }
         // The measured margin predicts the GPU: negative, corruption in most replays; positive,
         // in at most 1 % of them (a replay later than the timed medians).
@@ -226,6 +243,24 @@ fn no_variant_the_check_calls_clean_corrupted_on_the_gpu() {
     }
     let count = |v: Verdict| judged.iter().filter(|j| j.verdict == v).count();
     assert!(count(Verdict::FlaggedCorrupted) >= 2 && count(Verdict::CleanClean) >= 2);
+    // The variants the GPU ran in the layout of the model's earlier allocator (large segments
+    // rounded to 2 MiB), where PyTorch's rules place a tensor differently.
+    let moved: Vec<&str> = (judged.iter())
+        .filter(|j| !j.moved.is_empty())
+        .map(|j| j.variant.as_str())
+        .collect();
+    assert_eq!(
+        moved,
+        [
+            "incident@3",
+            "fp8@3",
+            "fp8@4",
+            "fp8@5",
+            "fp8@8",
+            "fp8@36",
+            "fp8-recorded@4"
+        ]
+    );
 }
 
 #[test]
