@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use serde::Serialize;
 
-use crate::pool::Pool;
+use crate::pool::{Pool, Rules};
 use crate::program::{Home, Kernel, Op, Program, Stream, Tensor, TensorId};
 
 /// Per stream: kernels of that stream ordered before this point.
@@ -144,7 +144,12 @@ impl Graph {
 
 /// Runs the host program through a fresh pool.
 pub fn capture(program: &Program) -> Result<Graph, CaptureError> {
-    let mut pool = Pool::new();
+    capture_with(program, Rules::PyTorch)
+}
+
+/// [`capture`] through a pool under other `rules` (to read GPU records made with them).
+pub fn capture_with(program: &Program, rules: Rules) -> Result<Graph, CaptureError> {
+    let mut pool = Pool::with_rules(rules);
     let mut placements: Vec<Option<Placement>> = vec![None; program.tensors.len()];
     let mut live = vec![false; program.tensors.len()];
     let name = |t: TensorId| program.tensors[t.0].name.clone();

@@ -69,6 +69,19 @@ impl Size {
     }
 }
 
+/// Which segment sizes the pool takes from the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Rules {
+    /// PyTorch's ([`Request::new`]): 2 MiB small segments, 20 MiB under 10 MiB, else rounded
+    /// to 2 MiB.
+    #[default]
+    PyTorch,
+    /// This model's rules before it followed PyTorch's: every large segment is the request
+    /// rounded up to 2 MiB. Kept only to read the GPU records made with them (the GPU arm laid
+    /// its tensors out where the model's pool put them); everything else is as `PyTorch`.
+    Rounded2MiB,
+}
+
 /// What the allocator's rules make of a request before looking at any free block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
@@ -84,6 +97,11 @@ impl Request {
     /// The rules for `bytes`: rounding (`round_size`), pool (`get_pool`) and segment size
     /// (`get_allocation_size`).
     pub fn new(bytes: u64) -> Request {
+        Request::under(Rules::PyTorch, bytes)
+    }
+
+    /// [`Request::new`] under `rules`.
+    pub fn under(rules: Rules, bytes: u64) -> Request {
         let rounded = bytes.max(1).next_multiple_of(MIN_BLOCK);
         let class = if rounded <= SMALL_LIMIT {
             Size::Small
@@ -92,7 +110,7 @@ impl Request {
         };
         let segment = match class {
             Size::Small => SMALL_SEGMENT,
-            Size::Large if rounded < MIN_LARGE_ALLOC => LARGE_SEGMENT,
+            Size::Large if rounded < MIN_LARGE_ALLOC && rules == Rules::PyTorch => LARGE_SEGMENT,
             Size::Large => rounded.next_multiple_of(ROUND_LARGE),
         };
         Request {
@@ -137,6 +155,7 @@ pub struct Pool {
     blocks: BTreeMap<u64, Block>,
     next_segment_at: u64,
     segments: u32,
+    rules: Rules,
 }
 
 impl Pool {
@@ -145,9 +164,17 @@ impl Pool {
         Pool::default()
     }
 
+    /// An empty pool under other `rules`.
+    pub fn with_rules(rules: Rules) -> Pool {
+        Pool {
+            rules,
+            ..Pool::default()
+        }
+    }
+
     /// A block for `bytes` on `stream`; returns the block's address range.
     pub fn alloc(&mut self, bytes: u64, stream: Stream) -> Range<u64> {
-        let request = Request::new(bytes);
+        let request = Request::under(self.rules, bytes);
         let (size, class) = (request.rounded, request.class);
         let best = self
             .blocks
@@ -416,6 +443,15 @@ mod tests {
             c.start >= b.end,
             "two free neighbours of different segments stay apart"
         );
+    }
+
+    #[test]
+    fn the_older_rules_round_every_large_segment_to_2_mib() {
+        let mut pool = Pool::with_rules(Rules::Rounded2MiB);
+        pool.alloc(4 * MIB + 1, Main);
+        assert_eq!(pool.reserved(), 6 * MIB);
+        pool.alloc(512, Main);
+        assert_eq!(pool.reserved(), 8 * MIB, "small segments as before");
     }
 
     #[test]

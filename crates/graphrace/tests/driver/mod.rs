@@ -287,3 +287,26 @@ fn the_suite_refuses_what_it_cannot_run_with_where() {
     let e = parse("[[variant]]\nconfig = \"incident\"\nsesions = [2]\n").unwrap_err();
     assert!(e.to_string().contains("unknown field"), "{e}");
 }
+
+#[test]
+fn the_dumps_were_laid_out_by_the_older_rules() {
+    use graphrace::capture::capture_with;
+    use graphrace::pool::Rules;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/results");
+    for file in [
+        "graphrace-graph-h200.json",
+        "graphrace-suite-graphs-h200.json",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        for graph in &GraphDump::parse(file, &text).unwrap().graphs {
+            let name = graph.config.split('@').next().unwrap();
+            let program = decode_step(&config(name), graph.sessions);
+            let older = capture_with(&program, Rules::Rounded2MiB).unwrap();
+            assert!(
+                driver::layout_differences(graph, &older).is_empty(),
+                "{}",
+                graph.config
+            );
+        }
+    }
+}
