@@ -56,3 +56,31 @@ pub fn small_transient(
     }
     Ok(small)
 }
+
+/// The tensors of `graph` that share bytes with the transient `index_k`, in the program's
+/// order; empty if the step has no `index_k`.
+pub fn on_transient(graph: &graphrace::Graph) -> Vec<String> {
+    let Some(k) = graph.tensors.iter().position(|t| t.name == "index_k") else {
+        return vec![];
+    };
+    let Some(kr) = graph.placements[k].as_ref().map(|p| p.range.clone()) else {
+        return vec![];
+    };
+    (graph.tensors.iter().enumerate())
+        .filter(|(i, _)| {
+            *i != k
+                && graph.placements[*i]
+                    .as_ref()
+                    .is_some_and(|p| p.range.start < kr.end && kr.start < p.range.end)
+        })
+        .map(|(_, t)| t.name.clone())
+        .collect()
+}
+
+/// `config`'s step at `sessions` captured under the allocator rules the GPU records were laid
+/// out by (every large segment rounded to 2 MiB; see `graphrace::pool::Rules`).
+pub fn older_layout(config: &Config, sessions: u32) -> Result<graphrace::Graph, CellError> {
+    let program = graphrace::decode_step(config, sessions);
+    graphrace::capture::capture_with(&program, graphrace::pool::Rules::Rounded2MiB)
+        .map_err(|e| e.to_string().into())
+}
