@@ -50,6 +50,7 @@ pub mod load;
 pub mod race;
 pub mod reports;
 pub mod series;
+pub mod stand_in;
 pub mod surplus;
 pub mod tables;
 pub mod text;
