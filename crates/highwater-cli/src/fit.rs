@@ -264,10 +264,10 @@ fn cold_verdict(cold: &ColdBand) -> String {
     }
 }
 
-/// Fits, or where it dies and on which pages.
+/// Fits, or where it dies: the reservation the card refused a page for, and the error.
 fn verdict(outcome: &DryOutcome, report: &RunReport) -> String {
-    match &outcome.died {
-        None => format!(
+    let Some(d) = &outcome.died else {
+        return format!(
             "fits: at most {} reserved of the {} the pools may take",
             // Every stream's pools when the device says; the training thread's otherwise.
             size(
@@ -280,25 +280,35 @@ fn verdict(outcome: &DryOutcome, report: &RunReport) -> String {
                     .unwrap_or(0)
             ),
             size(report.capacity)
-        ),
-        Some(d) if d.failed_pages.is_empty() => format!(
-            "dies in step {} ({}): {}",
-            d.step,
-            written_name(&d.phase),
-            d.message.lines().next().unwrap_or_default()
-        ),
-        Some(d) => format!(
-            "dies in step {} ({}): the card refused {} page(s) of {} (then: {})",
-            d.step,
-            written_name(&d.phase),
-            d.failed_pages.len(),
-            d.failed_pages
-                .iter()
-                .map(|&p| size(p))
-                .collect::<Vec<_>>()
-                .join(", "),
-            d.message.lines().next().unwrap_or_default()
-        ),
+        );
+    };
+    let error = cut(d.message.lines().next().unwrap_or_default());
+    let at = format!("dies in step {} ({})", d.step, written_name(&d.phase));
+    match outcome.refused.iter().find(|r| r.step == d.step) {
+        None => format!("{at}: {error}"),
+        Some(first) => {
+            // The first refusal is the death; how many follow it depends on what the dying
+            // step still had queued, which varies from run to run.
+            let oom = &first.out_of_memory;
+            format!(
+                "{at}: reserving {} needed a new page of {}, refused with {} of the {} taken\n\
+                 error: {error}",
+                size(oom.requested),
+                size(oom.page),
+                size(oom.allocated),
+                size(oom.capacity),
+            )
+        }
+    }
+}
+
+/// An error's first line, cut to a line's width (an autotune key runs to hundreds of
+/// characters).
+fn cut(line: &str) -> String {
+    const WIDTH: usize = 160;
+    match line.char_indices().nth(WIDTH) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
     }
 }
 

@@ -4,6 +4,8 @@
 //!
 //! * `[decoder]` a decoder-only transformer (token and position embeddings, pre-norm causal
 //!   blocks, a head over the vocabulary);
+//! * `[encoder]` a BERT-style text encoder: the decoder's stack without the causal mask (every
+//!   position attends to every other), a masked-LM head over the vocabulary at every position;
 //! * `[resnet]` a ResNet-style CNN (a 3×3 stem, batch norm, max-pool, stages of residual basic
 //!   blocks, global average pool, a linear head);
 //! * `[vit]` a ViT-style encoder (a convolutional patch embedding, position embeddings, pre-norm
@@ -62,6 +64,9 @@ pub struct DecoderShape {
     /// The MLP's hidden width.
     pub d_ff: u64,
 }
+
+/// `[encoder]`: a BERT-style text encoder, the decoder's shapes without its causal mask.
+pub type EncoderShape = DecoderShape;
 
 /// `[resnet]`: a ResNet-style CNN over square images.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +144,8 @@ pub struct MlpShape {
 pub enum Arch {
     /// A decoder-only transformer.
     Decoder(DecoderShape),
+    /// A BERT-style text encoder (bidirectional attention, a masked-LM head).
+    Encoder(EncoderShape),
     /// A ResNet-style CNN.
     Resnet(ResnetShape),
     /// A ViT-style encoder.
@@ -154,6 +161,7 @@ impl Arch {
     pub fn family(&self) -> &'static str {
         match self {
             Arch::Decoder(_) => "decoder",
+            Arch::Encoder(_) => "encoder",
             Arch::Resnet(_) => "resnet",
             Arch::Vit(_) => "vit",
             Arch::Lstm(_) => "lstm",
@@ -180,6 +188,7 @@ struct File {
     // Architecture tables are read as plain tables, then checked key by key (`shape`), so
     // that an error can name the key's line.
     decoder: Option<toml::Table>,
+    encoder: Option<toml::Table>,
     resnet: Option<toml::Table>,
     vit: Option<toml::Table>,
     lstm: Option<toml::Table>,
@@ -188,7 +197,7 @@ struct File {
 }
 
 /// The architecture tables a network file may hold (exactly one).
-pub const FAMILIES: [&str; 5] = ["decoder", "resnet", "vit", "lstm", "mlp"];
+pub const FAMILIES: [&str; 6] = ["decoder", "encoder", "resnet", "vit", "lstm", "mlp"];
 
 /// Whether a file's text is a network's (it has one of the [`FAMILIES`]' tables) rather than a
 /// wave recipe's; text that is not TOML is neither, and the wave parser says why.
@@ -299,6 +308,12 @@ fn field_name(family: &str, key: &str) -> &'static str {
         "decoder.n_heads",
         "decoder.n_layers",
         "decoder.d_ff",
+        "encoder.vocab",
+        "encoder.seq_len",
+        "encoder.d_model",
+        "encoder.n_heads",
+        "encoder.n_layers",
+        "encoder.d_ff",
         "resnet.image",
         "resnet.channels",
         "resnet.width",
@@ -355,6 +370,7 @@ impl Network {
             };
         }
         table!(decoder, Decoder);
+        table!(encoder, Encoder);
         table!(resnet, Resnet);
         table!(vit, Vit);
         table!(lstm, Lstm);
@@ -453,7 +469,7 @@ impl Network {
     /// Examples times positions: the tokens of a step for sequence models, else the batch.
     pub fn tokens(&self) -> u64 {
         match &self.arch {
-            Arch::Decoder(d) => self.batch * d.seq_len,
+            Arch::Decoder(d) | Arch::Encoder(d) => self.batch * d.seq_len,
             Arch::Lstm(l) => self.batch * l.seq_len,
             Arch::Vit(v) => self.batch * (v.image / v.patch).pow(2),
             Arch::Resnet(_) | Arch::Mlp(_) => self.batch,
@@ -473,7 +489,7 @@ impl Network {
     /// A one-line description: the family and its shapes, the batch, the training.
     pub fn describe(&self) -> String {
         let shape = match &self.arch {
-            Arch::Decoder(d) => format!(
+            Arch::Decoder(d) | Arch::Encoder(d) => format!(
                 "{} layers, d_model {}, {} heads, d_ff {}, vocab {}, seq {}",
                 d.n_layers, d.d_model, d.n_heads, d.d_ff, d.vocab, d.seq_len
             ),
@@ -515,6 +531,7 @@ impl Arch {
         };
         match self {
             Arch::Decoder(d) => divides("decoder.n_heads", "n_heads", d.n_heads, d.d_model),
+            Arch::Encoder(d) => divides("encoder.n_heads", "n_heads", d.n_heads, d.d_model),
             Arch::Vit(v) => divides("vit.n_heads", "n_heads", v.n_heads, v.d_model).or_else(|| {
                 (!v.image.is_multiple_of(v.patch)).then(|| {
                     (
@@ -546,7 +563,7 @@ impl Arch {
     fn largest_activations(&self) -> Vec<Option<u64>> {
         let m = u64::checked_mul;
         match self {
-            Arch::Decoder(d) => vec![
+            Arch::Decoder(d) | Arch::Encoder(d) => vec![
                 // The logits, the attention scores, the MLP's hidden activation.
                 m(d.seq_len, d.vocab),
                 m(d.n_heads, d.seq_len).and_then(|x| m(x, d.seq_len)),
@@ -591,7 +608,7 @@ impl Arch {
             ])
         };
         let total = match self {
-            Arch::Decoder(a) => {
+            Arch::Decoder(a) | Arch::Encoder(a) => {
                 let [v, s, d, f, l] =
                     [a.vocab, a.seq_len, a.d_model, a.d_ff, a.n_layers].map(u128::from);
                 sum(&[

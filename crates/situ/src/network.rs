@@ -23,7 +23,9 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
-use highwater::network::{Arch, DecoderShape, LstmShape, MlpShape, Network, ResnetShape, VitShape};
+use highwater::network::{
+    Arch, DecoderShape, EncoderShape, LstmShape, MlpShape, Network, ResnetShape, VitShape,
+};
 
 use crate::train::{LEARNING_RATE, TrainingStep};
 
@@ -84,17 +86,44 @@ pub struct Decoder<B: Backend> {
 impl<B: Backend> Decoder<B> {
     /// The logits `[batch, seq_len, vocab]` of `tokens` `[batch, seq_len]`.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.logits(tokens, true)
+    }
+
+    /// The logits, each position attending to those before it (`causal`) or to all of them.
+    fn logits(&self, tokens: Tensor<B, 2, Int>, causal: bool) -> Tensor<B, 3> {
         let [batch, seq] = tokens.dims();
         let device = tokens.device();
         let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
             .reshape([1, seq])
             .repeat_dim(0, batch);
         let x = self.tokens.forward(tokens) + self.positions.forward(positions);
-        let mask = generate_autoregressive_mask::<B>(batch, seq, &device);
-        let x = self
-            .blocks
-            .forward(TransformerEncoderInput::new(x).mask_attn(mask));
-        self.head.forward(self.norm.forward(x))
+        let input = TransformerEncoderInput::new(x);
+        let input = match causal {
+            true => input.mask_attn(generate_autoregressive_mask::<B>(batch, seq, &device)),
+            false => input,
+        };
+        self.head
+            .forward(self.norm.forward(self.blocks.forward(input)))
+    }
+
+    /// Cross-entropy of the logits at every position against fresh random targets.
+    fn token_loss(
+        &self,
+        s: &DecoderShape,
+        batch: usize,
+        causal: bool,
+        device: &B::Device,
+    ) -> Tensor<B, 1> {
+        let seq = s.seq_len as usize;
+        let (input, targets) = (
+            tokens::<B>(batch, seq, s.vocab, device),
+            tokens::<B>(batch, seq, s.vocab, device),
+        );
+        let logits = self.logits(input, causal);
+        cross_entropy(
+            logits.reshape([batch * seq, s.vocab as usize]),
+            targets.reshape([batch * seq]),
+        )
     }
 }
 
@@ -117,16 +146,30 @@ impl<B: Backend> Net<B> for Decoder<B> {
     }
 
     fn loss(&self, s: &DecoderShape, batch: usize, device: &B::Device) -> Tensor<B, 1> {
-        let seq = s.seq_len as usize;
-        let (input, targets) = (
-            tokens::<B>(batch, seq, s.vocab, device),
-            tokens::<B>(batch, seq, s.vocab, device),
-        );
-        let logits = self.forward(input);
-        cross_entropy(
-            logits.reshape([batch * seq, s.vocab as usize]),
-            targets.reshape([batch * seq]),
-        )
+        self.token_loss(s, batch, true, device)
+    }
+}
+
+/// A BERT-style text encoder: the [`Decoder`]'s modules without its causal mask, so every
+/// position attends to every other, and a masked-LM head over the vocabulary at every position
+/// (as Hugging Face's `BertForMaskedLM` computes it: logits everywhere, the loss read at the
+/// masked positions; here every position is a target, which holds the same tensors).
+#[derive(Module, Debug)]
+pub struct Encoder<B: Backend> {
+    stack: Decoder<B>,
+}
+
+impl<B: Backend> Net<B> for Encoder<B> {
+    type Shape = EncoderShape;
+
+    fn build(s: &EncoderShape, device: &B::Device) -> Self {
+        Encoder {
+            stack: Decoder::build(s, device),
+        }
+    }
+
+    fn loss(&self, s: &EncoderShape, batch: usize, device: &B::Device) -> Tensor<B, 1> {
+        self.stack.token_loss(s, batch, false, device)
     }
 }
 
@@ -437,6 +480,7 @@ pub fn with_step<B: AutodiffBackend, W: WithStep<B>>(network: &Network, with: W)
     let batch = network.batch;
     match &network.arch {
         Arch::Decoder(s) => with.train(|d| NetStep::<B, Decoder<B>>::new(s, batch, d)),
+        Arch::Encoder(s) => with.train(|d| NetStep::<B, Encoder<B>>::new(s, batch, d)),
         Arch::Resnet(s) => with.train(|d| NetStep::<B, Resnet<B>>::new(s, batch, d)),
         Arch::Vit(s) => with.train(|d| NetStep::<B, Vit<B>>::new(s, batch, d)),
         Arch::Lstm(s) => with.train(|d| NetStep::<B, LstmModel<B>>::new(s, batch, d)),
@@ -485,6 +529,10 @@ mod tests {
         for (table, classes) in [
             (
                 "[decoder]\nvocab = 50\nseq_len = 8\nd_model = 24\nn_heads = 4\nn_layers = 2\nd_ff = 48",
+                50,
+            ),
+            (
+                "[encoder]\nvocab = 50\nseq_len = 8\nd_model = 24\nn_heads = 4\nn_layers = 2\nd_ff = 48",
                 50,
             ),
             (
