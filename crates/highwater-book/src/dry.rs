@@ -1,5 +1,6 @@
 //! The dry run as the book's pages use it: a recorded run replayed on the H200's profile with
-//! the GPU's kernels, and a program of a page's own measured on a dry H200.
+//! the GPU's kernels, a program of a page's own measured on a dry H200, and the held-out checks
+//! (programs nobody fitted, replayed against the H200's runs of them).
 
 use std::sync::Arc;
 
@@ -7,10 +8,145 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use cell_output::CellError;
 use dryrun::{CardProfile, DryDevice, OnRefusal};
-use highwater::conform::{Exactness, RerunRecord};
+use highwater::conform::{Exactness, NetworkRecord, RerunRecord};
 use situ::dry::{DryOutcome, pool_usage};
 
-use crate::load::Book;
+use crate::load::{Book, MODELS, SWEEP};
+
+/// The network files of `repro/models` recorded on burn-fusion (three warm runs each).
+pub const FUSION: &str = "repro/results/fusion";
+
+/// Each burn-fusion record of [`FUSION`] and the atlas sweep's cache its runs started from
+/// (`repro/cards/h200-sweep/…`, so they tuned nothing; `repro/results/fusion/README.md`). The
+/// sweep's folder, not the whole atlas: a cell may not write a file over a mebibyte, and the
+/// atlas's matmul cache is larger.
+pub const FUSION_CACHES: [(&str, &str); 2] = [
+    ("lstm-lstm-fusion-none-b32", "lstm-h512-b32-fused"),
+    ("mlp-mlp-fusion-none-b256", "mlp-h1024-b256-fused"),
+];
+
+/// The decoder's records, one per backend, under `repro/results`.
+pub const DECODER: [&str; 2] = [
+    "decoder-decoder-cube-none-b16",
+    "decoder-decoder-fusion-none-b16",
+];
+
+/// A program nobody fitted, replayed dry with the GPU's kernels against the H200's runs of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldOut {
+    /// The record's name (`resnet-resnet-cube-none-b128-bf16`).
+    pub name: String,
+    /// The H200's runs of it: the record and its repeats.
+    pub gpu_runs: usize,
+    /// The widest those runs differed on any figure, in bytes: what "off" is measured beyond.
+    pub gpu_spread: u64,
+    /// Bytes in use after forward and after backward: compared, off.
+    pub live: Off,
+    /// Bytes reserved: compared, off.
+    pub reserved: Off,
+    /// The largest difference in bytes reserved, dry less GPU (0 when none differs). CubeCL
+    /// counts bytes reserved by summing slices, whose padding follows the order of frees, so
+    /// runs holding the same pages can differ by a few hundred bytes
+    /// ([`situ::band::reserved_tolerance`]).
+    pub reserved_largest: i64,
+    /// Models only: predicted from the atlas less every problem its own first run tuned, do the
+    /// GPU's warm runs and its first run lie in the band ([`crate::fit::FromAtlas`])?
+    pub in_band: Option<bool>,
+}
+
+/// Figures compared, and how many of them lie further from the GPU than its runs from each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Off {
+    /// Figures compared.
+    pub compared: u64,
+    /// Beyond the GPU's own spread.
+    pub off: usize,
+}
+
+impl HeldOut {
+    /// A replay's exactness as counts: live bytes (two figures a step) and bytes reserved (one).
+    pub fn of(e: &Exactness, in_band: Option<bool>) -> HeldOut {
+        let off = |live: bool| {
+            e.differences
+                .iter()
+                .filter(|d| (d.figure != "reserved") == live)
+                .filter(|d| d.bytes().unsigned_abs() > e.gpu_spread)
+                .count()
+        };
+        let steps = e.steps_compared();
+        let reserved_largest = e
+            .differences
+            .iter()
+            .filter(|d| d.figure == "reserved")
+            .map(|d| d.bytes())
+            .max_by_key(|b| b.unsigned_abs())
+            .unwrap_or(0);
+        HeldOut {
+            name: e.name.clone(),
+            gpu_runs: e.gpu_runs,
+            gpu_spread: e.gpu_spread,
+            live: Off {
+                compared: 2 * steps,
+                off: off(true),
+            },
+            reserved: Off {
+                compared: steps,
+                off: off(false),
+            },
+            reserved_largest,
+            in_band,
+        }
+    }
+
+    /// `resnet · CubeBackend · f32` for `resnet-resnet-cube-none-b128`.
+    pub fn label(&self) -> String {
+        let parts: Vec<&str> = self.name.split('-').collect();
+        let backend = if parts.contains(&"fusion") {
+            "burn-fusion"
+        } else {
+            "CubeBackend"
+        };
+        let precision = if parts.contains(&"bf16") {
+            "bf16"
+        } else {
+            "f32"
+        };
+        format!("{} · {backend} · {precision}", parts[0])
+    }
+}
+
+impl Book {
+    /// Every held-out check: the decoder on both backends (the H200's cache, which holds its
+    /// kernels), each model of [`MODELS`] with its own cache and predicted from the atlas less
+    /// its own problems, and each burn-fusion record of [`FUSION`] ([`FUSION_CACHES`]).
+    pub fn held_out(&self) -> Result<Vec<HeldOut>, CellError> {
+        let card = self.h200_card()?;
+        let mut checks = Vec::new();
+        let mut replay = |dir: &str, name: &str, cache: std::path::PathBuf, band: bool| {
+            let (record, repeats) = self.with_repeats_in::<NetworkRecord>(dir, name)?;
+            let (_, e) = situ::dry::replay_network(&record, &repeats, card.clone(), Some(&cache))?;
+            let in_band = if band {
+                let p = self.from_atlas(name)?;
+                Some(p.check.holds() && p.cold_outside.is_empty())
+            } else {
+                None
+            };
+            checks.push(HeldOut::of(&e, in_band));
+            Ok::<_, CellError>(())
+        };
+        for name in DECODER {
+            replay(crate::load::RESULTS, name, self.h200_autotune(), false)?;
+        }
+        for m in self.recorded_models()? {
+            let own = self.path(format!("{MODELS}/autotune/{}", m.own));
+            replay(MODELS, &m.name, own, true)?;
+        }
+        for (name, cache) in FUSION_CACHES {
+            replay(FUSION, name, self.path(format!("{SWEEP}/{cache}")), false)?;
+        }
+        Ok(checks)
+    }
+}
 
 impl Book {
     /// The H200's card profile, shared as the dry runtime takes it.
@@ -85,4 +221,104 @@ where
 /// [`Book::h200_card`] from the cells' directory.
 pub fn h200_card() -> Result<Arc<CardProfile>, CellError> {
     Book::here().h200_card()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use highwater::conform::Difference;
+
+    fn exactness(differences: Vec<Difference>) -> Exactness {
+        Exactness {
+            name: "lstm-lstm-fusion-none-b32".into(),
+            completed: (4, 4),
+            gpu_runs: 3,
+            gpu_spread: 100,
+            differences,
+            measured_death: None,
+            predicted_death: None,
+        }
+    }
+
+    fn differing(figure: &'static str, by: u64) -> Difference {
+        Difference {
+            step: 1,
+            figure,
+            measured: 1000,
+            predicted: 1000 + by,
+        }
+    }
+
+    #[test]
+    fn a_held_out_check_counts_only_what_lies_beyond_the_gpus_spread() {
+        let e = exactness(vec![
+            differing("in_use_after_forward", 100),
+            differing("in_use_after_backward", 101),
+            differing("reserved", 50),
+            differing("reserved", 4096),
+        ]);
+        let h = HeldOut::of(&e, Some(true));
+        assert_eq!(
+            h.live,
+            Off {
+                compared: 8,
+                off: 1
+            }
+        );
+        assert_eq!(
+            h.reserved,
+            Off {
+                compared: 4,
+                off: 1
+            }
+        );
+        assert_eq!(h.reserved_largest, 4096);
+        assert_eq!((h.gpu_runs, h.gpu_spread, h.in_band), (3, 100, Some(true)));
+        assert_eq!(h.label(), "lstm · burn-fusion · f32");
+    }
+
+    #[test]
+    fn every_burn_fusion_record_is_checked_with_the_cache_its_runs_started_from() {
+        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let mut recorded: Vec<String> = book
+            .files(FUSION, "json")
+            .unwrap()
+            .iter()
+            .filter_map(|p| Some(p.file_stem()?.to_str()?.to_string()))
+            .collect();
+        recorded.sort();
+        let checked: Vec<&str> = FUSION_CACHES.iter().map(|(name, _)| *name).collect();
+        assert_eq!(recorded, checked);
+        for (name, cache) in FUSION_CACHES {
+            let dir = book.path(format!("{SWEEP}/{cache}"));
+            assert!(
+                !dryrun::Atlas::read(&dir).unwrap().entries.is_empty(),
+                "{name}: {cache}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_label_names_the_family_the_backend_and_the_precision() {
+        let h = HeldOut::of(&exactness(vec![]), None);
+        let named = |name: &str| HeldOut {
+            name: name.into(),
+            ..h.clone()
+        };
+        assert_eq!(
+            named("resnet-resnet-cube-none-b128-bf16").label(),
+            "resnet · CubeBackend · bf16"
+        );
+        assert_eq!(
+            named("decoder-decoder-cube-none-b16").label(),
+            "decoder · CubeBackend · f32"
+        );
+        assert_eq!(
+            h.live,
+            Off {
+                compared: 8,
+                off: 0
+            }
+        );
+    }
 }
