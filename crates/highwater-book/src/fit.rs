@@ -1,13 +1,243 @@
 //! *Will my model fit?*: a model the GPU never ran, predicted from the card's autotune atlas
 //! alone (its own problems taken out), held to what the H200 measured when it did run it.
+//! *Apply it to your job*: a model file of `repro/models` trained dry as `highwater fit` trains
+//! it ([`Job`]), where it dies, what it holds by phase, the largest batch that fits.
+
+use std::sync::Arc;
 
 use cell_output::{CellError, Table};
-use dryrun::Atlas;
+use dryrun::{Atlas, CardProfile, OnRefusal, TieBreak};
 use highwater::conform::NetworkRecord;
-use situ::band::{Agreement, Band, BandCheck, ColdBand, replay_band, replay_cold};
+use highwater::network::{Arch, Network};
+use highwater::recipe::{Checkpointing, written_name};
+use situ::band::{Agreement, Band, BandCheck, ColdBand, dry_band, replay_band, replay_cold};
+use situ::dry::{BatchSearch, DryOutcome, DryPlan, dry_network, largest_batch};
 
 use crate::bytes;
 use crate::load::{Book, H200_ATLAS, MODELS, SWEEP};
+
+/// A model file trained dry on a card as `highwater fit MODEL --card SIZE --steps 2` trains it:
+/// the H200's chip with that memory, kernels from the H200's atlas (a problem it lacks given
+/// the kernel that won the nearest one: the band's prediction), pages refused where the card
+/// would refuse them.
+pub struct Job {
+    /// The model file as written.
+    pub network: Network,
+    /// The card.
+    pub card: Arc<CardProfile>,
+    atlas: Atlas,
+}
+
+impl Book {
+    /// `repro/models/MODEL.toml` on the H200's chip with `card_bytes` of memory.
+    pub fn job(&self, model: &str, card_bytes: u64) -> Result<Job, CellError> {
+        let path = format!("repro/models/{model}.toml");
+        let network = Network::parse(&path, &self.read(&path)?)?;
+        Ok(Job {
+            network,
+            card: Arc::new(self.h200()?.with_memory(card_bytes)),
+            atlas: Atlas::read(&self.path(H200_ATLAS))?,
+        })
+    }
+}
+
+impl Job {
+    /// Steps per run: every bundled model's pools hold at their second step what they hold
+    /// at their fifth (the CLI's tests and *Will my model fit?* show the steps).
+    pub const STEPS: u64 = 2;
+
+    /// What the pools may take: the card's memory less the chip's CUDA context.
+    pub fn capacity(&self) -> u64 {
+        self.card.free_at_start
+    }
+
+    /// The job at another batch and checkpointing.
+    pub fn at(&self, batch: u64, checkpointing: Checkpointing) -> Result<Network, CellError> {
+        let mut network = self.network.with_batch(batch)?;
+        network.checkpointing = checkpointing;
+        Ok(network)
+    }
+
+    /// `network` trained dry: `fit`'s prediction. With [`OnRefusal::Grant`] a page the card
+    /// would refuse is granted, so that the run says what it needs; its `died` still says
+    /// where the card would have stopped it.
+    pub fn run(&self, network: &Network, on_refusal: OnRefusal) -> Result<DryOutcome, CellError> {
+        let plan = DryPlan {
+            steps: Self::STEPS,
+            seed: 1,
+            capacity: self.capacity(),
+            on_refusal,
+            log_every: Self::STEPS,
+            tie_break: TieBreak::First,
+        };
+        let band = dry_band(&plan, &self.atlas, |p, dir| {
+            dry_network(network, p, self.card.clone(), dir)
+        })?;
+        Ok(band.predicted)
+    }
+
+    /// The largest batch that fits under `checkpointing` (`fit --largest-batch`, at the
+    /// prediction), searched up to `limit`.
+    pub fn largest_batch(
+        &self,
+        checkpointing: Checkpointing,
+        limit: u64,
+    ) -> Result<BatchSearch, CellError> {
+        largest_batch(limit, |batch| {
+            self.run(&self.at(batch, checkpointing)?, OnRefusal::Refuse)
+        })
+    }
+}
+
+/// Where a run of `network` died, as the question a reader asks of a log and the dry run's
+/// answer: the step and phase, the reservation the card refused a page for (as a shape, where
+/// it divides into the step's positions of 4-byte elements), what the pools held, burn's error.
+pub fn death(network: &Network, outcome: &DryOutcome) -> Result<Table, CellError> {
+    let d = outcome.died.as_ref().ok_or("the run did not die")?;
+    let first = outcome
+        .refused
+        .iter()
+        .find(|r| r.step == d.step)
+        .ok_or("the death refused no page")?;
+    let oom = &first.out_of_memory;
+    let error = d.message.lines().next().unwrap_or_default();
+    let error = match error.char_indices().nth(60) {
+        Some((at, _)) => format!("{}…", &error[..at]),
+        None => error.to_string(),
+    };
+    let positions = network.tokens() * 4;
+    let shape = match (oom.requested % positions, &network.arch) {
+        (0, Arch::Decoder(s) | Arch::Encoder(s)) => format!(
+            "[{}, {}, {}] × 4 bytes",
+            network.batch,
+            s.seq_len,
+            oom.requested / positions
+        ),
+        _ => "–".into(),
+    };
+    Ok(Table::new(["", "the dry run"])
+        .row(["died in step", &d.step.to_string()])
+        .row(["phase", written_name(&d.phase).as_str()])
+        .row(["the reservation that needed a page", &bytes::exact(oom.requested)])
+        .row(["… as a shape", &shape])
+        .row(["the page the card refused", &bytes::show(oom.page)])
+        .row([
+            "the pools held",
+            &format!(
+                "{} of the {} they may take",
+                bytes::show(oom.allocated),
+                bytes::show(oom.capacity)
+            ),
+        ])
+        .row(["burn's error", &format!("`{error}`")]))
+}
+
+/// Per run and step: bytes in use after forward and after backward, the peak, bytes reserved
+/// and how far that is over what the pools may take (runs given as label and outcome).
+pub fn by_phase(capacity: u64, runs: &[(String, DryOutcome)]) -> Table {
+    let mut t = Table::new([
+        "run",
+        "step",
+        "in use after forward",
+        "after backward",
+        "peak in use",
+        "reserved",
+        "over the card by",
+    ]);
+    for (label, o) in runs {
+        for (i, s) in o.steps.iter().enumerate() {
+            let over = s.reserved.saturating_sub(capacity);
+            t.push([
+                label.clone(),
+                (i + 1).to_string(),
+                bytes::show(s.in_use_after_forward),
+                bytes::show(s.in_use_after_backward),
+                bytes::show(o.peak_in_use[i]),
+                bytes::show(s.reserved),
+                if over == 0 {
+                    "–".into()
+                } else {
+                    bytes::show(over)
+                },
+            ]);
+        }
+    }
+    t
+}
+
+/// The tensors of a transformer (`[decoder]` or `[encoder]`) whose bytes grow with the batch,
+/// per sequence, and those that do not: shapes times four bytes (f32), whatever the framework.
+pub fn transformer_tensors(network: &Network) -> Result<Table, CellError> {
+    let (Arch::Decoder(s) | Arch::Encoder(s)) = &network.arch else {
+        return Err(format!("{} is not a transformer", network.arch.family()).into());
+    };
+    let f = network.precision.bytes();
+    let b = network.batch;
+    let mut t = Table::new(["tensor", "shape", "per sequence", "at the batch", "how many"]);
+    let mut row = |name: &str, shape: String, per: u64, how: String| {
+        t.push([
+            name.to_string(),
+            shape,
+            bytes::show(per),
+            bytes::show(per * b),
+            how,
+        ]);
+    };
+    row(
+        "logits (and their gradient)",
+        format!("[{}, {}]", s.seq_len, s.vocab),
+        s.seq_len * s.vocab * f,
+        "one per step, a few copies through the loss".into(),
+    );
+    row(
+        "attention scores",
+        format!("[{}, {}, {}]", s.n_heads, s.seq_len, s.seq_len),
+        s.n_heads * s.seq_len * s.seq_len * f,
+        format!("per layer ({}), kept for backward", s.n_layers),
+    );
+    row(
+        "MLP hidden",
+        format!("[{}, {}]", s.seq_len, s.d_ff),
+        s.seq_len * s.d_ff * f,
+        format!("per layer ({}), kept for backward", s.n_layers),
+    );
+    let params = network.arch.params();
+    t.push([
+        "weights, gradients, Adam's two moments".to_string(),
+        format!("{params} parameters × 4"),
+        "–".to_string(),
+        bytes::show(4 * params * f),
+        "Adam's moments created at the first optimizer step".to_string(),
+    ]);
+    Ok(t)
+}
+
+/// A search's answer in one row: the largest batch that fits, what it reserves, where the next
+/// one dies.
+pub fn search_row(label: &str, capacity: u64, search: &BatchSearch) -> [String; 4] {
+    let (largest, reserved) = match &search.largest {
+        Some((batch, o)) => {
+            let r = o.steps.iter().map(|s| s.reserved).max().unwrap_or(0);
+            (
+                batch.to_string(),
+                format!("{} ({} spare)", bytes::show(r), bytes::show(capacity - r)),
+            )
+        }
+        None => ("none".into(), "–".into()),
+    };
+    let next = match &search.smallest_failing {
+        Some((batch, o)) => match &o.died {
+            Some(d) => format!(
+                "{batch} dies in step {} ({})",
+                d.step,
+                written_name(&d.phase)
+            ),
+            None => format!("{batch} dies"),
+        },
+        None => "every batch tried fits".into(),
+    };
+    [label.to_string(), largest, reserved, next]
+}
 
 /// One recorded model predicted from the atlas less its own problems, warm and cold.
 pub struct FromAtlas {
@@ -241,6 +471,42 @@ mod tests {
 
     fn repo() -> Book {
         Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    }
+
+    /// *Apply it to your job*'s helpers on the encoder, small: a batch that fits a 16 GiB card
+    /// and one that does not, the death's table, the phases, the transformer's tensors.
+    #[test]
+    fn a_job_dies_where_fit_says_and_its_tables_say_so() {
+        let job = repo().job("encoder", 16 << 30).unwrap();
+        let fits = job.run(&job.at(2, Checkpointing::None).unwrap(), OnRefusal::Refuse);
+        let fits = fits.unwrap();
+        assert!(fits.died.is_none());
+        assert_eq!(fits.steps.len() as u64, Job::STEPS);
+        let dies = job
+            .run(&job.at(16, Checkpointing::None).unwrap(), OnRefusal::Refuse)
+            .unwrap();
+        let d = dies.died.as_ref().expect("batch 16 does not fit 16 GiB");
+        assert_eq!(d.step, 1);
+        let network = job.at(16, Checkpointing::None).unwrap();
+        let death = death(&network, &dies).unwrap().to_html();
+        assert!(death.contains("forward"), "{death}");
+        // The logits, the vocabulary padded by the matmul's kernel.
+        assert!(death.contains("[16, 512, 30592] × 4 bytes"), "{death}");
+        assert!(death.contains("1 GiB"), "{death}");
+        assert!(super::death(&network, &fits).is_err());
+        let phases = by_phase(job.capacity(), &[("b2".into(), fits.clone())]);
+        assert_eq!(phases.rows().len() as u64, Job::STEPS);
+        let tensors = transformer_tensors(&job.at(16, Checkpointing::None).unwrap())
+            .unwrap()
+            .to_html();
+        // The logits of 16 sequences of 512 tokens over 30 522 words, in f32.
+        assert!(tensors.contains("[512, 30522]"), "{tensors}");
+        assert!(
+            tensors.contains(&bytes::show(16 * 512 * 30522 * 4)),
+            "{tensors}"
+        );
+        let mlp = repo().job("mlp", 16 << 30).unwrap();
+        assert!(transformer_tensors(&mlp.network).is_err());
     }
 
     #[test]
