@@ -101,7 +101,7 @@ pub fn merge_seeds(values: &[(u64, String)]) -> String {
         .join("; ")
 }
 
-/// What cubecl's message says failed, in a few words: `autotune of a matmul` where an
+/// What cubecl's message says failed, in a few words: `matmul autotune` where an
 /// autotune plan could not run (`MatmulAutotuneKey`), `allocation` where a buffer could not be
 /// allocated, else the message's first line.
 pub fn failure(message: &str) -> String {
@@ -110,7 +110,7 @@ pub fn failure(message: &str) -> String {
         .nth(1)
         .and_then(|k| k.split("AutotuneKey").next())
     {
-        return format!("autotune of a {}", key.trim().to_lowercase());
+        return format!("{} autotune", key.trim().to_lowercase());
     }
     if message.contains("can't allocate buffer") {
         return "allocation".into();
@@ -144,7 +144,7 @@ mod tests {
             failure(
                 "Can't execute the autotune plan for key: ReduceAutotuneKey { elem_input: F32 }"
             ),
-            "autotune of a reduce"
+            "reduce autotune"
         );
         assert_eq!(
             failure(
