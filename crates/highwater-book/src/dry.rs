@@ -42,7 +42,7 @@ pub struct HeldOut {
     pub gpu_spread: u64,
     /// Bytes in use after forward and after backward: compared, off.
     pub live: Off,
-    /// Bytes reserved: compared, off.
+    /// Bytes reserved: compared, off by a page (further than `page` or the GPU's spread).
     pub reserved: Off,
     /// The largest difference in bytes reserved, dry less GPU (0 when none differs). CubeCL
     /// counts bytes reserved by summing slices, whose padding follows the order of frees, so
@@ -64,13 +64,20 @@ pub struct Off {
 }
 
 impl HeldOut {
-    /// A replay's exactness as counts: live bytes (two figures a step) and bytes reserved (one).
-    pub fn of(e: &Exactness, in_band: Option<bool>) -> HeldOut {
+    /// A replay's exactness as counts: live bytes (two figures a step) off beyond the GPU's
+    /// spread, and bytes reserved (one) off beyond it or `page`, whichever is larger: less than
+    /// any page more or less would move them ([`situ::band::reserved_tolerance`]).
+    pub fn of(e: &Exactness, page: u64, in_band: Option<bool>) -> HeldOut {
         let off = |live: bool| {
+            let tolerance = if live {
+                e.gpu_spread
+            } else {
+                e.gpu_spread.max(page)
+            };
             e.differences
                 .iter()
                 .filter(|d| (d.figure != "reserved") == live)
-                .filter(|d| d.bytes().unsigned_abs() > e.gpu_spread)
+                .filter(|d| d.bytes().unsigned_abs() > tolerance)
                 .count()
         };
         let steps = e.steps_compared();
@@ -131,7 +138,8 @@ impl Book {
             } else {
                 None
             };
-            checks.push(HeldOut::of(&e, in_band));
+            let page = situ::band::reserved_tolerance(&card, 0);
+            checks.push(HeldOut::of(&e, page, in_band));
             Ok::<_, CellError>(())
         };
         for name in DECODER {
@@ -250,14 +258,15 @@ mod tests {
     }
 
     #[test]
-    fn a_held_out_check_counts_only_what_lies_beyond_the_gpus_spread() {
+    fn a_held_out_check_counts_live_bytes_beyond_the_gpus_spread_and_pages_beyond_a_page() {
         let e = exactness(vec![
             differing("in_use_after_forward", 100),
             differing("in_use_after_backward", 101),
             differing("reserved", 50),
+            differing("reserved", 500),
             differing("reserved", 4096),
         ]);
-        let h = HeldOut::of(&e, Some(true));
+        let h = HeldOut::of(&e, 1000, Some(true));
         assert_eq!(
             h.live,
             Off {
@@ -300,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_label_names_the_family_the_backend_and_the_precision() {
-        let h = HeldOut::of(&exactness(vec![]), None);
+        let h = HeldOut::of(&exactness(vec![]), 0, None);
         let named = |name: &str| HeldOut {
             name: name.into(),
             ..h.clone()
