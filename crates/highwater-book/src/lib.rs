@@ -55,6 +55,7 @@ pub mod surplus;
 pub mod tables;
 pub mod text;
 pub mod timeline;
+pub mod verdict;
 pub mod wall;
 
 pub use experiments::Experiment;
