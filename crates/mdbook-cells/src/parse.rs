@@ -335,14 +335,20 @@ impl CellBlock {
             (options.prelude, "prelude"),
             (options.parameters, "parameters"),
         ] {
-            if shared && (options.expect_fail || options.gpu || options.id.is_some()) {
+            if shared && (options.expect_fail || options.gpu) {
                 option_errors.push(OptionError {
                     line: fence_line,
-                    message: format!(
-                        "a `{name}` cell is not run: it takes no expect-fail, gpu or id"
-                    ),
+                    message: format!("a `{name}` cell is not run: it takes no expect-fail or gpu"),
                 });
             }
+        }
+        // A parameters cell shows a table of the values used, which may be numbered; a prelude
+        // shows nothing to number.
+        if options.prelude && options.id.is_some() {
+            option_errors.push(OptionError {
+                line: fence_line,
+                message: "a `prelude` cell shows nothing: it takes no id".into(),
+            });
         }
         if options.prelude && options.parameters {
             option_errors.push(OptionError {
@@ -557,6 +563,16 @@ mod tests {
         assert!(c.option_errors[0].message.contains("`fig-…` or `tbl-…`"));
         let c = &cells("```cell\n//| id: fig-peak\n1\n```\n")[0];
         assert!(c.option_errors[0].message.contains("needs a `caption`"));
+    }
+
+    #[test]
+    fn a_parameters_table_may_be_numbered_and_a_prelude_not() {
+        let md = "```cell\n//| parameters\n//| id: tbl-p\n//| caption: c\nconst A: u8 = 1;\n```\n";
+        assert!(cells(md)[0].option_errors.is_empty());
+        let c = &cells("```cell\n//| prelude\n//| id: tbl-p\n//| caption: c\nfn a() {}\n```\n")[0];
+        assert!(c.option_errors[0].message.contains("takes no id"));
+        let c = &cells("```cell\n//| parameters\n//| gpu\nconst A: u8 = 1;\n```\n")[0];
+        assert!(c.option_errors[0].message.contains("no expect-fail or gpu"));
     }
 
     #[test]
