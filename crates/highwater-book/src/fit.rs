@@ -243,7 +243,7 @@ pub fn transformer_tensors(network: &Network) -> Result<Table, CellError> {
     let params = network.arch.params();
     t.push([
         "weights, gradients, Adam's two moments".to_string(),
-        format!("{params} parameters × 4"),
+        format!("4 × {params} parameters"),
         "–".to_string(),
         bytes::show(4 * params * f),
         "Adam's moments created at the first optimizer step".to_string(),
