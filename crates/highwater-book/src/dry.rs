@@ -105,10 +105,16 @@ impl HeldOut {
         }
     }
 
+    /// Recorded on burn-fusion, whose bytes reserved host timing decides (CubeCL's persistent
+    /// pool; `repro/results/conform-dry-known.toml`).
+    pub fn on_fusion(&self) -> bool {
+        self.name.split('-').any(|part| part == "fusion")
+    }
+
     /// `resnet · CubeBackend · f32` for `resnet-resnet-cube-none-b128`.
     pub fn label(&self) -> String {
         let parts: Vec<&str> = self.name.split('-').collect();
-        let backend = if parts.contains(&"fusion") {
+        let backend = if self.on_fusion() {
             "burn-fusion"
         } else {
             "CubeBackend"
@@ -282,6 +288,7 @@ mod tests {
             }
         );
         assert_eq!(h.reserved_largest, 4096);
+        assert!(h.on_fusion());
         assert_eq!((h.gpu_runs, h.gpu_spread, h.in_band), (3, 100, Some(true)));
         assert_eq!(h.label(), "lstm · burn-fusion · f32");
     }
