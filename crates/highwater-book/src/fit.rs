@@ -33,41 +33,11 @@ impl Book {
     pub fn job(&self, model: &str, card_bytes: u64) -> Result<Job, CellError> {
         let path = format!("repro/models/{model}.toml");
         let network = Network::parse(&path, &self.read(&path)?)?;
-        let atlas = job_atlas(&Atlas::read(&self.path(H200_ATLAS))?, &network);
         Ok(Job {
             network,
             card: Arc::new(self.h200()?.with_memory(card_bytes)),
-            atlas,
+            atlas: Atlas::read(&self.path(H200_ATLAS))?,
         })
-    }
-}
-
-/// The atlas's problems a job of `network` can meet: those of its backend's tuners (burn-fusion's
-/// only on burn-fusion) and of its float type. The dry run writes its atlas into a cache folder,
-/// and a cell may write no file past the book's output limit (1 MiB), which the whole atlas's
-/// matmul file exceeds. A problem of another tuner or float type is never a hit for the job,
-/// and as a neighbour it lies far off (`dryrun::atlas::distance` counts each differing word as
-/// eight doublings of a size); the test below holds the encoder's prediction from this atlas to
-/// `fit`'s, from the whole one.
-fn job_atlas(atlas: &Atlas, network: &Network) -> Atlas {
-    let float = match network.precision {
-        highwater::network::Precision::F32 => "F32",
-        highwater::network::Precision::Bf16 => "BF16",
-    };
-    let fusion = network.backend == highwater::Backend::Fusion;
-    Atlas {
-        entries: atlas
-            .entries
-            .iter()
-            .filter(|e| fusion || !e.tuner.starts_with("burn_cubecl_fusion"))
-            .filter(|e| {
-                let key = e.key.to_string();
-                key.split("\"Float\":\"")
-                    .skip(1)
-                    .all(|rest| rest.split('"').next() == Some(float))
-            })
-            .cloned()
-            .collect(),
     }
 }
 
@@ -544,26 +514,6 @@ mod tests {
             tensors.contains(&bytes::show(16 * 512 * 30522 * 4)),
             "{tensors}"
         );
-        // The job's atlas predicts what the whole one does (what `highwater fit` reads).
-        let whole = Job {
-            atlas: Atlas::read(&repo().path(H200_ATLAS)).unwrap(),
-            network: job.network.clone(),
-            card: job.card.clone(),
-        };
-        assert!(whole.atlas.entries.len() > job.atlas.entries.len());
-        let at = job.at(9, Checkpointing::None).unwrap();
-        let (ours, fits) = (
-            job.run(&at, OnRefusal::Refuse).unwrap(),
-            whole.run(&at, OnRefusal::Refuse).unwrap(),
-        );
-        let bytes = |o: &DryOutcome| -> Vec<_> {
-            o.steps
-                .iter()
-                .map(|s| (s.in_use_after_forward, s.in_use_after_backward, s.reserved))
-                .collect()
-        };
-        assert_eq!(bytes(&ours), bytes(&fits));
-        assert_eq!(ours.peak_in_use, fits.peak_in_use);
         let mlp = repo().job("mlp", 16 << 30).unwrap();
         assert!(transformer_tensors(&mlp.network).is_err());
     }
