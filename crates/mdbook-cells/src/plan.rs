@@ -375,6 +375,9 @@ fn environment_key(root: &Path, config: &Config, memo: &mut Memo) -> KeyHasher {
     for input in &config.inputs {
         h.tree_digest(root, input, memo);
     }
+    // The limit caps the files a cell's process writes, so it can change what a cell computes
+    // (a library's cache file cut short), not only what the page shows.
+    h.part("output-limit", &config.output_limit.to_le_bytes());
     h
 }
 

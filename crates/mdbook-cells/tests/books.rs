@@ -118,6 +118,13 @@ fn basic_book_renders_every_kind_of_output_and_caches_it() {
             .contains("<pre class=\"cell-output\">169</pre>")
     );
     assert!(edited[0].content.contains("Table 1.1:</span> Squares</p>"));
+
+    // A new output limit reruns every cell: it caps the files a cell writes, so it can change
+    // what the cell computes.
+    let mut limited = config.clone();
+    limited.output_limit += 1;
+    let report = process(&root, &limited, &mut documents(&root)).unwrap();
+    assert_eq!((report.ran, report.cached), (8, 0));
 }
 
 #[test]
