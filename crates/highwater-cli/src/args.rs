@@ -217,8 +217,8 @@ pub(crate) struct OrderArgs {
     --card; the pools may take that memory less the CUDA context the chip's process took. \
     Exits 0 whether or not the model fits; 1 on bad input.")]
 pub(crate) struct FitArgs {
-    /// A network file (`[decoder]`, `[resnet]`, `[vit]`, `[lstm]`, `[mlp]`: repro/models) or a
-    /// wave recipe (TOML).
+    /// A network file (`[decoder]`, `[encoder]`, `[resnet]`, `[vit]`, `[lstm]`, `[mlp]`:
+    /// repro/models) or a wave recipe (TOML).
     #[arg(value_name = "MODEL")]
     pub model: PathBuf,
     /// The card's memory (`16GiB`, `80GB`, `24000000000`), or a card profile (JSON) to use as
@@ -343,8 +343,8 @@ pub(crate) struct RerunArgs {
     /// Recipe file (TOML).
     #[arg(long, value_name = "PATH")]
     pub recipe: Option<PathBuf>,
-    /// A network file (TOML with `[decoder]`, `[resnet]`, `[vit]`, `[lstm]` or `[mlp]`), e.g.
-    /// repro/models/decoder.toml.
+    /// A network file (TOML with `[decoder]`, `[encoder]`, `[resnet]`, `[vit]`, `[lstm]` or
+    /// `[mlp]`), e.g. repro/models/decoder.toml.
     #[arg(long, value_name = "PATH", alias = "decoder")]
     pub model: Option<PathBuf>,
     /// With --model: examples per step [default: the file's].
