@@ -1,0 +1,105 @@
+//! The default mode: the four arms rerun under load, written to `--out`.
+
+use anyhow::{Context, Result};
+use graphrace::{Config, Mode};
+use serde::Serialize;
+
+use crate::Args;
+use crate::gpu::{ArmResult, Gpu, run_arm, smi};
+
+/// The recorded file: provenance first, `command` the very first field.
+#[derive(Serialize)]
+struct Record {
+    command: String,
+    gpu: String,
+    driver: String,
+    date: String,
+    git_revision: String,
+    /// SM clock measured at start-up (kHz): the kernels' waits are in its cycles.
+    sm_clock_khz: i32,
+    settings: Settings,
+    results: Vec<ArmResult>,
+}
+
+#[derive(Serialize)]
+struct Settings {
+    sessions: Vec<u32>,
+    replays_per_trial: u32,
+    trials: u32,
+    side_stretch: Vec<f64>,
+    blocks_per_kernel: u32,
+    load: bool,
+    build: &'static str,
+}
+
+/// The default mode: every arm replayed at every sessions × stretch, written to `--out`.
+pub(crate) fn run_arms(gpu: &Gpu, args: &Args, command: String, name: String) -> Result<()> {
+    let hog_buf = gpu.load.alloc_zeros::<u32>(64 << 20)?;
+    let arms: [(&'static str, Config); 4] = [
+        ("overlap", Config::incident()),
+        (
+            "serialized",
+            Config {
+                name: "overlap-off".into(),
+                overlap: false,
+                ..Config::incident()
+            },
+        ),
+        (
+            "eager",
+            Config {
+                name: "eager".into(),
+                mode: Mode::Eager,
+                ..Config::incident()
+            },
+        ),
+        (
+            "recorded",
+            Config {
+                name: "record-stream".into(),
+                record_stream: true,
+                ..Config::incident()
+            },
+        ),
+    ];
+    let mut results = vec![];
+    for &stretch in &args.side_stretch {
+        for &sessions in &args.sessions {
+            for (arm, config) in &arms {
+                let r = run_arm(gpu, args, arm, config, sessions, stretch, &hog_buf).with_context(
+                    || format!("arm {arm}, {sessions} sessions, stretch {stretch}"),
+                )?;
+                println!(
+                    "stretch {stretch:>4}  {sessions:>3} sessions  {arm:>10}: {:>5.1} % of sessions corrupted, {:>4} of {} replays raced, {:.0} µs/replay",
+                    100.0 * r.rate,
+                    r.racing_replays,
+                    r.replays,
+                    r.us_per_replay
+                );
+                results.push(r);
+            }
+        }
+    }
+    let record = Record {
+        command,
+        gpu: name,
+        driver: smi("driver_version"),
+        date: cell_output::utc_now(),
+        git_revision: option_env!("GRAPHRACE_GIT_REV").unwrap_or("unknown").into(),
+        sm_clock_khz: (gpu.cycles_per_us * 1000.0) as i32,
+        settings: Settings {
+            sessions: args.sessions.clone(),
+            replays_per_trial: args.replays,
+            trials: args.trials,
+            side_stretch: args.side_stretch.clone(),
+            blocks_per_kernel: args.blocks,
+            load: args.load,
+            build: "cargo build --release --locked -p graphrace --features cuda",
+        },
+        results,
+    };
+    std::fs::write(&args.out, serde_json::to_string_pretty(&record)? + "\n")
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
