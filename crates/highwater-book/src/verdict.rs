@@ -30,6 +30,13 @@ pub struct Account {
     pub capped_death: (u64, Phase),
     /// Steps the capped control and fused kernel ran, all of them alive.
     pub survivors_ran: usize,
+    /// The H200's memory, which sizes its pages.
+    pub gpu_bytes: u64,
+    /// The incident's card's memory.
+    pub card_bytes: u64,
+    /// The sizes whose reservations failed after step 0 in the SiTU logs, each one tensor of the
+    /// activation.
+    pub failed: Vec<u64>,
     /// The first and last step at which the loader's and the evaluation's capped runs died on
     /// the H200.
     pub wall_deaths: (u64, u64),
@@ -60,12 +67,47 @@ impl Account {
         if capped[1..].iter().any(|r| r.died.is_some()) {
             return Err(refused("a capped control or fused run died"));
         }
-        let wall: Vec<u64> = book
-            .wall_runs("capped")?
+        // Each late killer dies at one step for every seed, and the dry run predicts it.
+        let runs = book.wall_runs("capped")?;
+        let mut wall = Vec::new();
+        for name in LATE_KILLERS {
+            let mut steps = Vec::new();
+            for r in runs.iter().filter(|r| crate::wall::candidate(r) == name) {
+                let step = r
+                    .died
+                    .as_ref()
+                    .ok_or_else(|| refused("a late killer survived"))?
+                    .step;
+                let dry = book.wall_prediction(&format!("{name}-s{}", r.seed))?;
+                if dry.died_at != Some(step) {
+                    return Err(refused("the dry run missed a late killer's step"));
+                }
+                steps.push(step);
+            }
+            if steps.windows(2).any(|w| w[0] != w[1]) {
+                return Err(refused("a late killer died at different steps"));
+            }
+            wall.extend(steps);
+        }
+        // Every size that failed mid-run is one tensor of the activation: `[N, f]` or `[N, 2f]`.
+        let tensors = [situ.d_ffn, situ.gate_up_width()]
+            .map(|width| highwater::Shape::from([situ.tokens(), width]).bytes(situ.dtype));
+        let mut failed: Vec<u64> = book
+            .incidents()?
             .iter()
-            .filter(|r| LATE_KILLERS.contains(&crate::wall::candidate(r).as_str()))
-            .filter_map(|r| r.died.as_ref().map(|d| d.step))
+            .filter(|i| i.arm == "situ")
+            .flat_map(|i| {
+                i.sizes(highwater::forensics::Phase::Run)
+                    .collect::<Vec<_>>()
+            })
             .collect();
+        failed.sort_unstable();
+        failed.dedup();
+        if failed.is_empty() || failed.iter().any(|b| !tensors.contains(b)) {
+            return Err(refused(
+                "a mid-run failure is not one of the activation's tensors",
+            ));
+        }
         let first = *wall
             .iter()
             .min()
@@ -77,6 +119,9 @@ impl Account {
             control: stand_in(&control, 1 << 20),
             capped_death: (death.step, death.phase),
             survivors_ran: capped[1].steps.len().min(capped[2].steps.len()),
+            gpu_bytes: capped[0].device.total_bytes,
+            card_bytes: situ.card.total_bytes,
+            failed,
             wall_deaths: (first, last),
             modelled: situ
                 .seeds
@@ -137,9 +182,11 @@ impl Account {
                 format!(
                     "No: on the capped H200 the tensor path dies in step {step} ({}); the control \
                      and the fused kernel run all {} steps. The H200's pages are sized for its \
-                     140 GiB, larger than a 16 GiB card's.",
+                     {}, larger than a {} card's.",
                     written_name(&phase),
-                    self.survivors_ran
+                    self.survivors_ran,
+                    bytes::show(self.gpu_bytes),
+                    bytes::show(self.card_bytes)
                 ),
                 "measured",
             ),
@@ -163,9 +210,11 @@ impl Account {
             ),
             (
                 "What failed?",
-                "Reservations of exactly the activation's tensor sizes, as the recipe's shapes \
-                 predict."
-                    .to_string(),
+                format!(
+                    "Reservations of {}: each exactly one tensor of the activation at the \
+                     recipe's shapes.",
+                    list(self.failed.iter().map(|&b| bytes::show(b)).collect())
+                ),
                 "incident, derived",
             ),
         ];
@@ -191,6 +240,10 @@ mod tests {
         // The calibrated model kills every seed of the recipe; the logs record each death.
         assert!(a.modelled.iter().all(|(_, d)| d.is_some()), "{a:?}");
         assert!(!a.logged.is_empty());
+        assert!(
+            a.gpu_bytes > 8 * a.card_bytes && !a.failed.is_empty(),
+            "{a:?}"
+        );
         let t = a.table();
         assert_eq!(t.rows().len(), 6);
     }
