@@ -14,9 +14,10 @@
 //!   [`highwater_plot::Series`], and the high-water figure.
 //! - [`tables`], [`text`], [`json`], [`reports`]: a ledger as a table, lists and ranges as
 //!   prose writes them, lenient reads of result files, refusals counted by size and page.
-//! - Chapter helpers too long for a cell: [`surplus`] (*The verdict*), [`wall`] (*Walking into
-//!   the wall*), [`dry`] (*The dry run*), [`fit`] (*Will my model fit?*), [`race`] (*Proving it
-//!   without running it*), [`gpu`] (*On a real GPU*).
+//! - Each chapter's own helpers, in a module named as its file under `src/` is:
+//!   `src/part-1/dry-run.md` → [`part1::dry_run`], `src/part-2/static-check.md` →
+//!   [`part2::static_check`]. A cell that would be longer than a reader should scroll past
+//!   calls one of these, tested here, and keeps on the page what the chapter teaches.
 //!
 //! # Bytes: one precision policy
 //!
@@ -41,22 +42,17 @@
 //! short on an axis); the CLI keeps its own.
 
 pub mod bytes;
-pub mod dry;
 pub mod experiments;
-pub mod fit;
-pub mod gpu;
 pub mod json;
 pub mod load;
-pub mod race;
 pub mod reports;
 pub mod series;
-pub mod stand_in;
-pub mod surplus;
 pub mod tables;
 pub mod text;
 pub mod timeline;
-pub mod verdict;
-pub mod wall;
+
+pub mod part1;
+pub mod part2;
 
 pub use experiments::Experiment;
 pub use load::{

@@ -50,7 +50,7 @@ pub struct HeldOut {
     /// ([`situ::band::reserved_tolerance`]).
     pub reserved_largest: i64,
     /// Models only: predicted from the atlas less every problem its own first run tuned, do the
-    /// GPU's warm runs and its first run lie in the band ([`crate::fit::FromAtlas`])?
+    /// GPU's warm runs and its first run lie in the band ([`crate::part1::will_it_fit::FromAtlas`])?
     pub in_band: Option<bool>,
 }
 

@@ -7,8 +7,12 @@ use highwater::recipe::written_name;
 use highwater::trace::Phase;
 use highwater::{Backend, Checkpointing, simulate};
 
-use crate::stand_in::{StandIn, stand_in};
 use crate::{Book, BookError, bytes};
+
+pub mod stand_in;
+pub mod surplus;
+
+use stand_in::{StandIn, stand_in};
 
 /// The capped H200 reruns of the wave's three arms, by recipe and arm.
 const CAPPED: [&str; 3] = ["situ-situ-tensor", "small-silu", "situ-fused-situ-fused"];
@@ -72,7 +76,7 @@ impl Account {
         let mut wall = Vec::new();
         for name in LATE_KILLERS {
             let mut steps = Vec::new();
-            for r in runs.iter().filter(|r| crate::wall::candidate(r) == name) {
+            for r in runs.iter().filter(|r| crate::part1::wall::candidate(r) == name) {
                 let step = r
                     .died
                     .as_ref()
