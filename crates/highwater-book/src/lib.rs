@@ -15,9 +15,13 @@
 //! - [`tables`], [`text`], [`json`], [`reports`]: a ledger as a table, lists and ranges as
 //!   prose writes them, lenient reads of result files, refusals counted by size and page.
 //! - Each chapter's own helpers, in a module named as its file under `src/` is:
-//!   `src/part-1/dry-run.md` → [`part1::dry_run`], `src/part-2/static-check.md` →
-//!   [`part2::static_check`]. A cell that would be longer than a reader should scroll past
-//!   calls one of these, tested here, and keeps on the page what the chapter teaches.
+//!   `src/primer.md` → [`primer`], `src/part-1/dry-run.md` → [`part1::dry_run`],
+//!   `src/part-2/static-check.md` → [`part2::static_check`], `src/reference/…` →
+//!   [`reference`]. A cell that would be longer than a reader should scroll past (hidden or
+//!   folded code over 25 lines, any over 60) calls one of these, tested here, and keeps on the
+//!   page what the chapter teaches. They return the cells' own error type,
+//!   [`cell_output::CellError`]: they are cell code moved out of the page, calling half a dozen
+//!   crates, and a failure shows at the cell that called them.
 //!
 //! # Bytes: one precision policy
 //!
@@ -51,8 +55,13 @@ pub mod tables;
 pub mod text;
 pub mod timeline;
 
+pub mod apply;
+pub mod method;
+pub mod primer;
+
 pub mod part1;
 pub mod part2;
+pub mod reference;
 
 pub use experiments::Experiment;
 pub use load::{

@@ -1,0 +1,1 @@
+//! *Apply it to your job* (`src/apply.md`): what its cells compute.

@@ -1,0 +1,1 @@
+//! *Forensics* (`src/part-1/forensics.md`): what its cells compute.

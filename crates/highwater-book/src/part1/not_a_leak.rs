@@ -1,0 +1,1 @@
+//! *What it is not* (`src/part-1/not-a-leak.md`): what its cells compute.

@@ -1,0 +1,1 @@
+//! *A primer: pools, pages and lifetimes* (`src/primer.md`): what its cells compute.

@@ -1,0 +1,1 @@
+//! *The simulator's corrections* (`src/reference/simulator-corrections.md`): what its cells compute.
