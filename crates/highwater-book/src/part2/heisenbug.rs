@@ -1,1 +1,84 @@
 //! *A Heisenbug in the graph pool* (`src/part-2/heisenbug.md`): what its cells compute.
+
+use std::collections::BTreeSet;
+
+use cell_output::{CellError, Table};
+
+use crate::load::Book;
+
+/// The model's configurations and the experiment each stands for: one row per configuration
+/// an experiment of the hunt names (the first that names it), then `record_stream`, which the
+/// incident never tried. Its columns are the switches the next chapters turn.
+pub fn configurations_table(book: &Book) -> Result<Table, CellError> {
+    let mut t = Table::new([
+        "experiment",
+        "configuration",
+        "index keys",
+        "mode",
+        "overlap",
+        "logits cached",
+        "clone",
+        "record_stream",
+    ]);
+    let mut seen = BTreeSet::new();
+    for e in book.experiments()? {
+        let Some(name) = e.model else { continue };
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let c = book.graphrace_config(&name)?;
+        t.push([
+            e.name,
+            format!("repro/graphrace/{name}.toml"),
+            format!("{:?}", c.index_keys).to_lowercase(),
+            format!("{:?}", c.mode).to_lowercase(),
+            c.overlap.to_string(),
+            c.logits_cached.to_string(),
+            c.perturbing_clone.to_string(),
+            c.record_stream.to_string(),
+        ]);
+    }
+    let c = book.graphrace_config("record-stream")?;
+    t.push([
+        "(not tried in the incident)".to_string(),
+        "repro/graphrace/record-stream.toml".to_string(),
+        format!("{:?}", c.index_keys).to_lowercase(),
+        format!("{:?}", c.mode).to_lowercase(),
+        c.overlap.to_string(),
+        c.logits_cached.to_string(),
+        c.perturbing_clone.to_string(),
+        c.record_stream.to_string(),
+    ]);
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_configuration_once_and_record_stream_last() {
+        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let t = configurations_table(&book).unwrap();
+        let files: Vec<&str> = t.rows().iter().map(|r| r[1].as_str()).collect();
+        let unique: BTreeSet<&str> = files.iter().copied().collect();
+        assert_eq!(unique.len(), files.len(), "{files:?}");
+        assert!(
+            files.contains(&"repro/graphrace/incident.toml"),
+            "{files:?}"
+        );
+        let last = t.rows().last().unwrap();
+        assert_eq!(last[0], "(not tried in the incident)");
+        assert_eq!(last[7], "true", "{last:?}");
+        // The incident's own configuration overlaps and does not record the side's use.
+        let incident = t
+            .rows()
+            .iter()
+            .find(|r| r[1].ends_with("/incident.toml"))
+            .unwrap();
+        assert_eq!(
+            (incident[4].as_str(), incident[7].as_str()),
+            ("true", "false")
+        );
+    }
+}
