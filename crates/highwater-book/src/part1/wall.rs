@@ -1,11 +1,14 @@
 //! *Walking into the wall*'s records: the H200's runs of each candidate (`scripts/gpu-wall`)
 //! and the dry run's predictions of them (`scripts/wall-predict`).
 
+use cell_output::{CellError, Table};
 use highwater::conform::RerunRecord;
 use highwater::recipe::written_name;
 use highwater::{Checkpointing, RunReport};
 
+use crate::bytes;
 use crate::load::{Book, BookError, RESULTS, json_at};
+use crate::series::{self, Pools};
 
 /// The wall's records, under [`RESULTS`].
 pub const WALL: &str = "wall";
@@ -118,6 +121,141 @@ pub fn failure(message: &str) -> String {
     message.lines().next().unwrap_or_default().to_string()
 }
 
+/// *What grows on the H200*: for each candidate on the whole H200, every stream's pools at
+/// step 2 and at the end (the training thread's own in brackets where they part by more than
+/// 64 MiB), what they grew after step 2, and the steps they grew at (the first twelve).
+pub fn grows_table(book: &Book) -> Result<Table, CellError> {
+    let mut t = Table::new([
+        "candidate",
+        "step 2",
+        "step 1000",
+        "grew after step 2",
+        "at steps",
+    ]);
+    for r in book.wall_runs("uncapped")? {
+        let all = series::measured_points(&r, Pools::EveryStream);
+        let own = series::measured_points(&r, Pools::Trainer);
+        let (second, last) = (all[1].1, all[all.len() - 1].1);
+        let grew: Vec<u32> = all
+            .windows(2)
+            .skip(1)
+            .filter(|w| w[1].1 > w[0].1)
+            .map(|w| w[1].0)
+            .collect();
+        // Every stream's pools, and the training thread's own in brackets where they part.
+        let note = |i: usize| match (all[i].1, own[i].1) {
+            (all, own) if all.abs_diff(own) > 64 << 20 => {
+                format!("{} ({})", bytes::show(all), bytes::show(own))
+            }
+            (all, _) => bytes::show(all),
+        };
+        let shown: Vec<String> = grew.iter().take(12).map(u32::to_string).collect();
+        let at = match grew.len() {
+            0 => "never".to_string(),
+            n if n > 12 => format!("{} … ({n} steps)", shown.join(", ")),
+            _ => shown.join(", "),
+        };
+        t.push([
+            candidate(&r),
+            note(1),
+            note(all.len() - 1),
+            bytes::show(last - second),
+            at,
+        ]);
+    }
+    Ok(t)
+}
+
+/// *Deaths on the capped card*: one row per candidate of the capped H200 runs, each seed's
+/// death (step, phase, page refused, failure) merged across seeds ([`merge_seeds`]), and the
+/// dry run's step, checked equal to the H200's for every seed, as the text claims.
+pub fn deaths_table(book: &Book) -> Result<Table, CellError> {
+    let runs = book.wall_runs("capped")?;
+    let mut names: Vec<String> = runs.iter().map(candidate).collect();
+    names.dedup();
+    let mut t = Table::new([
+        "candidate",
+        "seeds",
+        "died on the H200",
+        "in phase",
+        "dry run's step",
+        "page refused",
+        "failure",
+    ]);
+    for name in names {
+        let (mut step, mut phase, mut page, mut fail) = (vec![], vec![], vec![], vec![]);
+        let mut seeds = Vec::new();
+        for r in runs.iter().filter(|r| candidate(r) == name) {
+            let gpu = r
+                .died
+                .as_ref()
+                .ok_or(format!("{name} s{}: survived", r.seed))?;
+            let dry = book.wall_prediction(&format!("{name}-s{}", r.seed))?;
+            assert_eq!(
+                dry.died_at,
+                Some(gpu.step),
+                "the text: the dry run predicts every death step exactly"
+            );
+            let s = r.seed;
+            seeds.push(s);
+            step.push((s, format!("step {}", gpu.step)));
+            phase.push((s, written_name(&gpu.phase)));
+            page.push((
+                s,
+                gpu.failed_pages
+                    .first()
+                    .map_or("—".into(), |&p| bytes::show(p)),
+            ));
+            fail.push((s, failure(&gpu.message)));
+        }
+        t.push([
+            name,
+            seed_list(&seeds),
+            merge_seeds(&step),
+            merge_seeds(&phase),
+            format!("same, {0} of {0}", seeds.len()),
+            merge_seeds(&page),
+            merge_seeds(&fail),
+        ]);
+    }
+    Ok(t)
+}
+
+/// *What stops it*: each mitigation on the capped H200 (seed 1), its fate on the GPU and as the
+/// dry run predicted it, the most every stream's pools held in a completed step, and the
+/// headroom that left.
+pub fn mitigations_table(book: &Book) -> Result<Table, CellError> {
+    let mut t = Table::new([
+        "run",
+        "on the GPU",
+        "predicted dry",
+        "most held in a completed step (every stream)",
+        "headroom then",
+    ]);
+    let fate = |died: Option<u64>, steps: usize| {
+        died.map_or(format!("survived {steps} steps"), |s| {
+            format!("died in step {s}")
+        })
+    };
+    for r in book.wall_runs("mitigated")? {
+        let name = format!("{}-s1", candidate(&r).replace(" / ", "-"));
+        let dry = book.wall_prediction(&name)?;
+        let most = series::measured_points(&r, Pools::EveryStream)
+            .iter()
+            .map(|p| p.1)
+            .max()
+            .unwrap_or(0);
+        t.push([
+            candidate(&r),
+            fate(r.died.as_ref().map(|d| d.step), r.steps.len()),
+            fate(dry.died_at, dry.reserved.len()),
+            bytes::show(most),
+            bytes::show(r.device.pool_capacity.saturating_sub(most)),
+        ]);
+    }
+    Ok(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +291,56 @@ mod tests {
             "allocation"
         );
         assert_eq!(failure("other\nmore"), "other");
+    }
+
+    fn book() -> Book {
+        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    }
+
+    #[test]
+    fn the_loader_grows_without_end_and_run_ahead_never() {
+        let t = grows_table(&book()).unwrap();
+        let row = |name: &str| {
+            t.rows()
+                .iter()
+                .find(|r| r[0] == name)
+                .unwrap_or_else(|| panic!("no {name} row"))
+                .clone()
+        };
+        assert_eq!(row("run-ahead")[4], "never", "{:?}", t.rows());
+        // The loader grows at each epoch's first step, while its training thread's own pool
+        // (in brackets) stays where step 2 left it.
+        let loader = row("loader");
+        assert!(
+            loader[4].split(", ").all(|s| s.ends_with("01")),
+            "{loader:?}"
+        );
+        let own = |cell: &str| cell.split_once(" (").map(|(_, own)| own.to_string());
+        assert!(
+            own(&loader[1]).is_some() && own(&loader[1]) == own(&loader[2]),
+            "{loader:?}"
+        );
+    }
+
+    #[test]
+    fn every_capped_death_is_predicted_dry() {
+        let t = deaths_table(&book()).unwrap();
+        // The loader, the evaluation and padding each kill the capped run.
+        assert_eq!(t.rows().len(), 3, "{:?}", t.rows());
+        for row in t.rows() {
+            assert!(row[4].starts_with("same, "), "{row:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_control_survives_the_mitigations() {
+        let t = mitigations_table(&book()).unwrap();
+        let survivors: Vec<&str> = t
+            .rows()
+            .iter()
+            .filter(|r| r[1].starts_with("survived"))
+            .map(|r| r[0].as_str())
+            .collect();
+        assert_eq!(survivors, ["small"], "{:?}", t.rows());
     }
 }
