@@ -12,6 +12,8 @@ use crate::{Book, BookError, bytes};
 pub mod stand_in;
 pub mod surplus;
 
+pub use surplus::surplus_table;
+
 use stand_in::{StandIn, stand_in};
 
 /// The capped H200 reruns of the wave's three arms, by recipe and arm.
@@ -76,7 +78,10 @@ impl Account {
         let mut wall = Vec::new();
         for name in LATE_KILLERS {
             let mut steps = Vec::new();
-            for r in runs.iter().filter(|r| crate::part1::wall::candidate(r) == name) {
+            for r in runs
+                .iter()
+                .filter(|r| crate::part1::wall::candidate(r) == name)
+            {
                 let step = r
                     .died
                     .as_ref()
