@@ -1,20 +1,234 @@
-//! *Will my model fit?*: a model the GPU never ran, predicted from the card's autotune atlas
-//! alone (its own problems taken out), held to what the H200 measured when it did run it.
+//! *Will my model fit?*: the plumbing around the classifier the page defines (the card, the
+//! plan, a dry run's figure and tables, a batch search's answer), the decoder held out against
+//! its H200 runs, and a model the GPU never ran, predicted from the card's autotune atlas alone
+//! (its own problems taken out), held to what the H200 measured when it did run it.
 //! *Apply it to your job*: a model file of `repro/models` trained dry as `highwater fit` trains
 //! it ([`Job`]), where it dies, what it holds by phase, the largest batch that fits.
 
+use std::path::Path;
 use std::sync::Arc;
 
-use cell_output::{CellError, Table};
+use burn::backend::Autodiff;
+use cell_output::{CellError, Figure, Html, Markdown, Table};
 use dryrun::{Atlas, CardProfile, OnRefusal, TieBreak};
-use highwater::conform::NetworkRecord;
+use highwater::RunReport;
+use highwater::conform::{MeasuredStep, NetworkRecord};
 use highwater::network::{Arch, Network};
 use highwater::recipe::{Checkpointing, written_name};
 use situ::band::{Agreement, Band, BandCheck, ColdBand, dry_band, replay_band, replay_cold};
-use situ::dry::{BatchSearch, DryOutcome, DryPlan, dry_network, largest_batch};
+use situ::dry::{BatchSearch, DryCube, DryOutcome, DryPlan, dry_network, largest_batch};
 
-use crate::bytes;
-use crate::load::{Book, H200_ATLAS, MODELS, SWEEP};
+use crate::load::{Book, H200_ATLAS, H200_AUTOTUNE, MODELS, SWEEP};
+use crate::{bytes, series};
+
+/// burn-cubecl's CubeBackend on the dry runtime: its figures are the same on every run
+/// (burn-fusion's bytes reserved are not; see the transformer on the page).
+/// `Autodiff<DryFusion>` is burn-cuda's default.
+pub type Dry = Autodiff<DryCube>;
+
+/// The GPU's autotune cache, as the cells find it (from the book's root): the kernels the H200
+/// picked, so that a dry run's kernels are the GPU's.
+pub fn h200_autotune() -> Option<&'static Path> {
+    Some(Path::new(H200_AUTOTUNE))
+}
+
+/// The H200's chip with 16 GiB of memory: the card every question on the page is asked about.
+pub fn card_16gib(book: &Book) -> Result<Arc<CardProfile>, CellError> {
+    Ok(Arc::new(book.h200()?.with_memory(16 << 30)))
+}
+
+/// Five steps (a pool settles by its third), pages refused where the card would refuse them.
+pub fn dry_plan(card: &CardProfile) -> DryPlan {
+    DryPlan {
+        steps: 5,
+        seed: 1,
+        capacity: card.free_at_start,
+        on_refusal: OnRefusal::Refuse,
+        log_every: 5,
+        tie_break: TieBreak::First,
+    }
+}
+
+/// Bytes reserved and peak bytes in use per step, against what the card leaves the pools.
+pub fn steps_chart(title: &str, capacity: u64, runs: &[(&str, &RunReport)]) -> Figure {
+    let series = runs
+        .iter()
+        .flat_map(|(label, run)| series::reserved_and_peak(label, run))
+        .collect();
+    series::chart(title, capacity, series)
+}
+
+/// A dry run step by step: bytes in use after forward and after backward, the peak, bytes
+/// reserved and the pages held.
+pub fn steps_table(r: &RunReport) -> Table {
+    let mut t = Table::new([
+        "step",
+        "in use after forward",
+        "after backward",
+        "peak in use",
+        "reserved",
+        "pages",
+    ]);
+    for i in 0..r.reserved.len() {
+        t = t.row([
+            (i + 1).to_string(),
+            bytes::show(r.in_use_after_forward[i]),
+            bytes::show(r.in_use_after_backward[i]),
+            bytes::show(r.peak_in_use[i]),
+            bytes::show(r.reserved[i]),
+            r.pages[i].to_string(),
+        ]);
+    }
+    t
+}
+
+/// A batch search's answer, in three lines: the largest batch that fits and what it reserves,
+/// where the next one dies, and every batch tried.
+pub fn search_table(search: &BatchSearch) -> Table {
+    let mut t = Table::new(["", "batch", "what happens"]);
+    if let Some((batch, o)) = &search.largest {
+        let reserved = o.steps.iter().map(|s| s.reserved).max().unwrap_or(0);
+        t = t.row([
+            "largest that fits".to_string(),
+            batch.to_string(),
+            format!("at most {} reserved", bytes::show(reserved)),
+        ]);
+    }
+    if let Some((batch, o)) = &search.smallest_failing {
+        let d = o.died.as_ref().expect("a failing batch died");
+        let page = d
+            .failed_pages
+            .first()
+            .map_or("–".to_string(), |&p| bytes::show(p));
+        t = t.row([
+            "the next one".to_string(),
+            batch.to_string(),
+            format!(
+                "dies in step {}, {}: a page of {page} refused",
+                d.step,
+                written_name(&d.phase)
+            ),
+        ]);
+    }
+    let tried: Vec<String> = search
+        .tried
+        .iter()
+        .map(|(b, fits)| format!("{b}{}", if *fits { "" } else { "✗" }))
+        .collect();
+    t.row([
+        "batches tried (✗ died)".to_string(),
+        search.tried.len().to_string(),
+        tried.join(" "),
+    ])
+}
+
+/// Held out: the decoder, which nobody fitted, replayed dry against its three H200 runs on each
+/// backend: figures differing, the largest difference, bytes reserved at the last step. Asserts
+/// what the text says: steps and fate match, CubeBackend to the byte, live bytes to the byte on
+/// both backends.
+pub fn decoder_held_out(book: &Book) -> Result<Table, CellError> {
+    let h200 = Arc::new(book.h200()?);
+    let mut t = Table::new([
+        "backend",
+        "GPU runs (spread)",
+        "live bytes differing",
+        "bytes reserved differing",
+        "largest difference",
+        "reserved, last step: GPU / dry",
+    ]);
+    let mut live_exact = 0;
+    for backend in ["cube", "fusion"] {
+        let (row, live) = decoder_replayed(book, &h200, backend)?;
+        live_exact += usize::from(live == 0);
+        t = t.row(row);
+    }
+    assert_eq!(
+        live_exact, 2,
+        "the text: live bytes to the byte on both backends"
+    );
+    Ok(t)
+}
+
+/// One backend's row of [`decoder_held_out`], and how many of its figures of bytes in use
+/// differ from the GPU's.
+fn decoder_replayed(
+    book: &Book,
+    h200: &Arc<CardProfile>,
+    backend: &str,
+) -> Result<([String; 6], usize), CellError> {
+    let (record, repeats) =
+        book.network_with_repeats(&format!("decoder-decoder-{backend}-none-b16"))?;
+    let autotune = book.h200_autotune();
+    let (outcome, e) = situ::dry::replay_network(&record, &repeats, h200.clone(), Some(&autotune))?;
+    let reserved = e
+        .differences
+        .iter()
+        .filter(|d| d.figure == "reserved")
+        .count();
+    let live = e.differences.len() - reserved;
+    assert!(
+        e.passes_except(&["reserved".to_string()]),
+        "the text: steps and fate match"
+    );
+    if backend == "cube" {
+        assert!(
+            e.differences.is_empty(),
+            "the text: CubeBackend to the byte"
+        );
+    }
+    let worst = e
+        .differences
+        .iter()
+        .map(|d| d.bytes())
+        .max_by_key(|b| b.unsigned_abs())
+        .unwrap_or(0);
+    let last = |steps: &[MeasuredStep]| {
+        Ok::<_, &str>(bytes::show(steps.last().ok_or("no step")?.reserved))
+    };
+    let row = [
+        backend.to_string(),
+        format!("{} ({} B)", e.gpu_runs, e.gpu_spread),
+        format!("{live} of {}", 2 * e.steps_compared()),
+        format!("{reserved} of {}", e.steps_compared()),
+        bytes::signed(worst),
+        format!("{} / {}", last(&record.steps)?, last(&outcome.steps)?),
+    ];
+    Ok((row, live))
+}
+
+/// The known difference between the decoder's burn-fusion replay and the GPU
+/// (`repro/results/conform-dry-known.toml`), folded: the measurements behind the page's
+/// sentence, as committed beside the record, its backquotes as code. Asserts what the text
+/// says: bytes reserved only, known below four cores.
+pub fn decoder_known_dry(book: &Book) -> Result<Html, CellError> {
+    let path = "repro/results/conform-dry-known.toml";
+    let known = highwater::conform::parse_known_dry(path, &book.read(path)?)?;
+    let k = known
+        .iter()
+        .find(|k| k.run == "decoder-decoder-fusion-none-b16")
+        .ok_or("the decoder's entry")?;
+    assert_eq!(k.figures, ["reserved"], "the text: bytes reserved only");
+    assert_eq!(k.below_cores, Some(4), "the text: known below four cores");
+    let escaped = k
+        .reason
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let text: String = escaped
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                format!("<code>{part}</code>")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect();
+    Ok(Html(format!(
+        "<details><summary>What was measured ({path})</summary><p>{text}</p></details>"
+    )))
+}
 
 /// A model file trained dry on a card as `highwater fit MODEL --card SIZE --steps 2` trains it:
 /// the H200's chip with that memory, kernels from the H200's atlas (a problem it lacks given
@@ -295,6 +509,18 @@ impl Book {
 }
 
 impl FromAtlas {
+    /// The miss policy against the GPU, in a sentence: how many of the model's problems it
+    /// decided, how often it named the GPU's kernel and how often one reserving the same bytes.
+    /// Asserts what the text says: same bytes more often than same kernel.
+    pub fn agreement_text(&self) -> Markdown {
+        let a = self.agreement;
+        assert!(
+            a.same_bytes > a.same_kernel,
+            "the text: same bytes more often than same kernel"
+        );
+        miss_policy_text(self.check.decided, self.own.entries.len(), a)
+    }
+
     /// Per step: bytes in use (GPU, predicted), bytes reserved warm (GPU, predicted, band) and
     /// cold (GPU, band).
     pub fn table(&self) -> Table {
@@ -341,6 +567,30 @@ impl FromAtlas {
         }
         t
     }
+}
+
+/// [`FromAtlas::agreement_text`] from its figures: `decided` of the model's `own` problems.
+fn miss_policy_text(decided: usize, own: usize, a: Agreement) -> Markdown {
+    // The atlas less the model's own problems was stripped of every one of them, so the miss
+    // policy decides all (as `highwater conform --dry --band` does), unless the dry device could
+    // not record some: the book's cells may not write a file over a mebibyte, and CubeCL drops,
+    // with no error, the cache lines past that size in the device's copy of the atlas.
+    let unrecorded = if decided < own {
+        format!(
+            " The command line decides all {own}: the book's cells may not write files over a \
+             mebibyte, and CubeCL silently drops the cache lines of {} tuned problems past that \
+             size in the dry device's copy of the atlas, so this build settles them by the run's \
+             tie-break.",
+            own - decided
+        )
+    } else {
+        String::new()
+    };
+    Markdown(format!(
+        "{decided} of its {own} problems were decided by the miss policy; it named the GPU's kernel \
+         for {} and a kernel reserving the same bytes as the GPU's for {}.{unrecorded}",
+        a.same_kernel, a.same_bytes
+    ))
 }
 
 /// A model recorded in [`MODELS`]: its record's name and its own cache's folder.
@@ -543,5 +793,89 @@ mod tests {
             ratios.iter().all(|(_, r)| *r >= 0.99),
             "a first run reserves no less: {ratios:?}"
         );
+    }
+
+    /// The page's plumbing on two cheap dry runs of the encoder (a batch that fits, one that
+    /// dies): the step table and the chart of a run, and a search's three-line answer.
+    #[test]
+    fn a_dry_run_and_a_search_read_as_the_page_shows_them() {
+        use cell_output::CellValue;
+        let book = repo();
+        assert_eq!(card_16gib(&book).unwrap().total_bytes, 16 << 30);
+        assert!(book.path(h200_autotune().unwrap()).is_dir());
+        let job = book.job("encoder", 16 << 30).unwrap();
+        let run = |batch| {
+            job.run(
+                &job.at(batch, Checkpointing::None).unwrap(),
+                OnRefusal::Refuse,
+            )
+            .unwrap()
+        };
+        let (fits, dies) = (run(2), run(16));
+        let plan = dry_plan(&job.card);
+        assert_eq!((plan.steps, plan.capacity), (5, job.capacity()));
+        let report = fits.report("encoder, batch 2", &plan);
+        let steps = steps_table(&report);
+        assert_eq!(steps.rows().len() as u64, Job::STEPS);
+        assert_eq!(steps.rows()[1][5], report.pages[1].to_string());
+        let svg = steps_chart("encoder", report.capacity, &[("batch 2", &report)]).into_output();
+        assert!(svg.body().contains("<svg"), "{}", svg.body());
+        // A search whose batches up to 4 fit and whose larger ones die as batch 16 does.
+        let search = largest_batch(8, |b| {
+            Ok::<_, CellError>(if b <= 4 { fits.clone() } else { dies.clone() })
+        })
+        .unwrap();
+        let t = search_table(&search);
+        let rows = t.rows();
+        assert_eq!(rows[0][..2], ["largest that fits", "4"]);
+        assert_eq!(rows[1][..2], ["the next one", "5"]);
+        assert!(
+            rows[1][2].starts_with("dies in step 1, forward: a page of "),
+            "{rows:?}"
+        );
+        assert_eq!(rows[2][1..], ["6", "1 2 4 8✗ 6✗ 5✗"]);
+    }
+
+    /// The decoder held out, on CubeBackend (burn-fusion's replay is the slower one, and its
+    /// bytes reserved vary on a small host): every figure the GPU's, as the page says.
+    #[test]
+    fn the_decoder_replays_to_the_byte_on_cubebackend() {
+        let book = repo();
+        let h200 = Arc::new(book.h200().unwrap());
+        let (row, live) = decoder_replayed(&book, &h200, "cube").unwrap();
+        assert_eq!(live, 0);
+        assert_eq!(row[..5], ["cube", "3 (0 B)", "0 of 40", "0 of 20", "+0 B"]);
+        assert_eq!(row[5], "16.4 GiB / 16.4 GiB");
+    }
+
+    #[test]
+    fn the_decoders_known_difference_is_folded_with_its_code_marked() {
+        let Html(html) = decoder_known_dry(&repo()).unwrap();
+        assert!(html.starts_with(
+            "<details><summary>What was measured (repro/results/conform-dry-known.toml)"
+        ));
+        assert!(
+            html.contains("<code>PersistentPool::has_size</code>"),
+            "{html}"
+        );
+        assert!(!html.contains('`'), "{html}");
+    }
+
+    #[test]
+    fn the_miss_policy_sentence_says_when_the_build_decided_fewer() {
+        let a = Agreement {
+            known: 63,
+            same_kernel: 33,
+            same_bytes: 52,
+        };
+        let Markdown(all) = miss_policy_text(63, 63, a);
+        assert_eq!(
+            all,
+            "63 of its 63 problems were decided by the miss policy; it named the GPU's kernel \
+             for 33 and a kernel reserving the same bytes as the GPU's for 52."
+        );
+        let Markdown(fewer) = miss_policy_text(60, 63, a);
+        assert!(fewer.contains("The command line decides all 63"), "{fewer}");
+        assert!(fewer.contains("cache lines of 3 tuned problems"), "{fewer}");
     }
 }
