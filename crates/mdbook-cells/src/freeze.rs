@@ -5,11 +5,12 @@
 //! (`nvidia-smi` names one). Each such run writes the cell's output to a freeze file, committed
 //! with the book: `<freeze-dir>/<chapter>/gpu-<n>.json`, `n` counting the chapter's GPU cells
 //! from 1. Everywhere else the freeze is rendered under a badge saying where, when and by which
-//! command it was made. The freeze records a hash of what the output depends on — the cell's
-//! code, its chapter's prelude, its options that change a run, and the files it `reads` — but
-//! not the toolchain or dependency versions (a CPU machine would otherwise see every freeze go
-//! stale with each compiler update). When that hash no longer matches, the freeze is *stale*:
-//! shown, flagged, and a problem (strict builds fail).
+//! command it was made. The freeze records a hash of what the output depends on ([`source_key`]):
+//! the cell's code and the prelude items it uses, as tokens (reformatting either, or editing a
+//! prelude item the cell does not use, changes nothing), its options that change a run, and the
+//! files it `reads`; not the toolchain or dependency versions (a CPU machine would otherwise see
+//! every freeze go stale with each compiler update). When that hash no longer matches, the
+//! freeze is *stale*: shown, flagged, and a problem (strict builds fail).
 //!
 //! A GPU box without Rust makes the same freezes from a bundle compiled elsewhere (see
 //! [`crate::bundle`]); their badge names the bundle's two commands instead.
@@ -18,7 +19,55 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::key::KeyHasher;
 use crate::outcome::Stored;
+use crate::parse::{CellBlock, Segment};
+
+mod source;
+
+/// What a GPU cell's freeze is keyed on (see the module docs): the chapter's `shared` code (its
+/// parameters and prelude) as far as `cell` uses it, the cell's own code, the options that
+/// change a run, and `reads`, the digest of each file or folder the cell declares it reads, in
+/// the order it declares them.
+pub(crate) fn source_key(shared: &[(String, usize)], cell: &CellBlock, reads: &[String]) -> String {
+    let shared: String = shared.iter().map(|(code, _)| code.as_str()).collect();
+    let mut h = keyed_code(&shared, cell);
+    for (read, digest) in cell.options.reads.iter().zip(reads) {
+        h.part(read, digest.as_bytes());
+    }
+    h.finish()
+}
+
+/// What the freezes of a chapter's GPU cells key on in its text, one entry per GPU cell: an
+/// edit that leaves these as they were (`mdbook-cells fmt`'s, say) leaves every freeze current.
+pub(crate) fn chapter_sources(segments: &[Segment]) -> Vec<String> {
+    let cells = || {
+        segments.iter().filter_map(|s| match s {
+            Segment::Cell(c) => Some(c),
+            Segment::Prose(_) => None,
+        })
+    };
+    let shared: String = (cells().filter(|c| c.options.parameters || c.options.prelude))
+        .map(|c| c.code.as_str())
+        .collect();
+    (cells().filter(|c| c.options.gpu))
+        .map(|c| keyed_code(&shared, c).finish())
+        .collect()
+}
+
+fn keyed_code(shared: &str, cell: &CellBlock) -> KeyHasher {
+    let mut h = KeyHasher::default();
+    // Freezes made before this scheme (whole prelude, file contents) are stale once, by design.
+    h.part("freeze key", b"2");
+    for item in source::used_prelude(shared, &cell.code) {
+        h.part("prelude item", item.as_bytes());
+    }
+    let code = source::tokens(&cell.code).unwrap_or_else(|| cell.code.clone());
+    h.part("code", code.as_bytes())
+        .part("timeout", &cell.options.timeout.unwrap_or(0).to_le_bytes())
+        .part("expect-fail", &[u8::from(cell.options.expect_fail)]);
+    h
+}
 
 /// One GPU cell's recorded output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

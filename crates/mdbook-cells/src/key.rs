@@ -22,23 +22,7 @@ impl KeyHasher {
     }
 
     /// Adds the file `root/path`, or every file under that folder (skipping `target/` and
-    /// hidden entries), by name relative to `root` and content; a missing path is hashed as
-    /// missing. (The form GPU freezes record: see [`Memo::key`] to avoid rereading it.)
-    pub(crate) fn tree(&mut self, root: &Path, path: &Path) -> &mut Self {
-        let files = tree_files(root, path);
-        self.part("tree", files.name.as_bytes());
-        if files.entries.is_empty() {
-            self.part("missing", &[]);
-        }
-        for (name, file, _) in &files.entries {
-            let content = std::fs::read(file).unwrap_or_default();
-            self.part(name, &content);
-        }
-        self
-    }
-
-    /// Adds the files of `root/path` as [`KeyHasher::tree`] walks them, each by name and the
-    /// digest of its content (taken from `memo` while the file's size and time are unchanged).
+    /// hidden entries), each by name relative to `root` and the digest of its content (taken from `memo` while the file's size and time are unchanged).
     pub(crate) fn tree_digest(&mut self, root: &Path, path: &Path, memo: &mut Memo) -> &mut Self {
         let files = tree_files(root, path);
         self.part("tree", files.name.as_bytes());
@@ -50,20 +34,6 @@ impl KeyHasher {
             self.part(name, digest.as_bytes());
         }
         self
-    }
-
-    /// Adds what `root/path` is now without reading it: each file's name, size and
-    /// modification time. Returns whether those stamps can be trusted to change with the
-    /// files (every one readable, none written in the last moments).
-    pub(crate) fn tree_stamp(&mut self, root: &Path, path: &Path) -> bool {
-        let files = tree_files(root, path);
-        self.part("tree", files.name.as_bytes());
-        let mut trusted = true;
-        for (name, _, stamp) in &files.entries {
-            trusted &= stamp.is_some_and(|s| !s.is_recent());
-            self.part(name, &stamp.map_or([0; 24], Stamp::bytes));
-        }
-        trusted
     }
 
     /// The key: 128 bits of the hash, in hex.
@@ -120,13 +90,6 @@ impl Stamp {
         })
     }
 
-    fn bytes(self) -> [u8; 24] {
-        let mut out = [0; 24];
-        out[..8].copy_from_slice(&self.len.to_le_bytes());
-        out[8..].copy_from_slice(&self.modified_ns.to_le_bytes());
-        out
-    }
-
     /// Changed so recently that another write in the same tick could leave the stamp as it is
     /// (git's "racily clean" files): not worth remembering.
     fn is_recent(self) -> bool {
@@ -140,9 +103,8 @@ impl Stamp {
 const RACY_NS: u128 = 2_000_000_000;
 
 /// What earlier builds already hashed, kept in the cache folder so that a rebuild reads only
-/// the files that changed: each file's digest by its stamp, and each key made from whole file
-/// contents (a GPU freeze's) by the stamps of everything it read. Only what this build used is
-/// kept. Losing it costs time, never a wrong key.
+/// the files that changed: each file's digest by its stamp. Only what this build used is kept.
+/// Losing it costs time, never a wrong key.
 #[derive(Default)]
 pub(crate) struct Memo {
     path: Option<PathBuf>,
@@ -154,8 +116,6 @@ pub(crate) struct Memo {
 struct Remembered {
     /// Digest of each file by path, with the stamp it had.
     files: HashMap<PathBuf, (Stamp, String)>,
-    /// Keys by the stamp-hash of their inputs.
-    keys: HashMap<String, String>,
 }
 
 impl Memo {
@@ -192,25 +152,6 @@ impl Memo {
                 .insert(file.to_path_buf(), (stamp, digest.clone()));
         }
         digest
-    }
-
-    /// The key `compute` makes, remembered by `stamp` (a hash of everything `compute` reads,
-    /// files by [`KeyHasher::tree_stamp`]); `fresh`: none of those files is so recent that its
-    /// stamp could hide a change.
-    pub(crate) fn key(
-        &mut self,
-        stamp: String,
-        fresh: bool,
-        compute: impl FnOnce() -> String,
-    ) -> String {
-        let key = match self.before.keys.get(&stamp) {
-            Some(key) => key.clone(),
-            None => compute(),
-        };
-        if fresh {
-            self.now.keys.insert(stamp, key.clone());
-        }
-        key
     }
 
     /// Keeps what this build used, for the next one (atomically: a build running beside this
@@ -338,31 +279,6 @@ mod tests {
         memo.save();
         write_at(&dir.join("data/a.txt"), "two", 0);
         assert_eq!(digest(&mut Memo::open(memo_file.clone())), second);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_remembered_contents_key_is_the_computed_one_until_a_stamp_changes() {
-        let dir = std::env::temp_dir().join(format!("cells-stamp-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        write_at(&dir.join("a.txt"), "one", 60);
-        let contents = || KeyHasher::default().tree(&dir, Path::new("a.txt")).finish();
-        let stamp = || {
-            let mut h = KeyHasher::default();
-            let trusted = h.tree_stamp(&dir, Path::new("a.txt"));
-            (h.finish(), trusted)
-        };
-        let mut memo = Memo::default();
-        let (s1, trusted) = stamp();
-        assert!(trusted);
-        assert_eq!(memo.key(s1.clone(), trusted, contents), contents());
-        memo.before = std::mem::take(&mut memo.now);
-        assert_eq!(memo.key(s1.clone(), true, || unreachable!()), contents());
-        write_at(&dir.join("a.txt"), "two", 0);
-        let (s2, trusted) = stamp();
-        assert!(!trusted, "a file written just now");
-        assert_ne!(s1, s2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -12,6 +12,7 @@
 use crate::build;
 use crate::config::Config;
 use crate::error::Error;
+use crate::freeze;
 use crate::parse::{self, CellBlock, Segment};
 use crate::plan::Plan;
 use crate::types::{Document, Problem};
@@ -51,7 +52,7 @@ pub(crate) fn formatted(root: &Path, cells: &[&CellBlock]) -> Vec<Option<String>
 pub(crate) fn fmt_problems(root: &Path, chapters: &[(String, &[Segment])]) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (source, segments) in chapters {
-        let cells = formattable(segments);
+        let cells = formattable(root, segments);
         for (cell, new) in cells.iter().zip(formatted(root, &cells)) {
             let Some(new) = new else { continue };
             let first = cell
@@ -104,17 +105,35 @@ pub(crate) fn clippy_problems(
     }
 }
 
-/// The cells of a chapter that formatting may rewrite: not a GPU cell, nor, in a chapter with
-/// GPU cells, the code they share (prelude, parameters) — a GPU cell's freeze records a hash of
-/// both, and rewriting either would make its recorded output stale until its next GPU run.
-fn formattable(segments: &[Segment]) -> Vec<&CellBlock> {
-    let cells = segments.iter().filter_map(|s| match s {
-        Segment::Cell(c) => Some(c),
-        Segment::Prose(_) => None,
-    });
-    let has_gpu = cells.clone().any(|c| c.options.gpu);
-    cells
-        .filter(|c| !(c.options.gpu || (has_gpu && (c.options.prelude || c.options.parameters))))
+/// The cells of a chapter that formatting may rewrite: all, unless that would change what a GPU
+/// cell's freeze keys on ([`freeze::chapter_sources`]: tokens, so layout never does; a rewrite
+/// that did would leave the freeze stale until its next GPU run). Then all but the GPU cells and
+/// the code they share (prelude, parameters).
+fn formattable<'a>(root: &Path, segments: &'a [Segment]) -> Vec<&'a CellBlock> {
+    let cells: Vec<&CellBlock> = (segments.iter())
+        .filter_map(|s| match s {
+            Segment::Cell(c) => Some(c),
+            Segment::Prose(_) => None,
+        })
+        .collect();
+    if !cells.iter().any(|c| c.options.gpu) {
+        return cells;
+    }
+    let mut new_code = formatted(root, &cells).into_iter();
+    let after: Vec<Segment> = (segments.iter())
+        .map(|s| match s {
+            Segment::Cell(c) => match new_code.next().flatten() {
+                Some(code) => Segment::Cell(CellBlock { code, ..c.clone() }),
+                None => s.clone(),
+            },
+            Segment::Prose(_) => s.clone(),
+        })
+        .collect();
+    if freeze::chapter_sources(&after) == freeze::chapter_sources(segments) {
+        return cells;
+    }
+    (cells.into_iter())
+        .filter(|c| !(c.options.gpu || c.options.prelude || c.options.parameters))
         .collect()
 }
 
@@ -168,7 +187,7 @@ const PASSES: usize = 4;
 /// `markdown` with its cells formatted once, and how many changed.
 fn format_chapter(root: &Path, markdown: &str) -> (String, usize) {
     let parsed = parse::split(markdown);
-    let cells = formattable(&parsed.segments);
+    let cells = formattable(root, &parsed.segments);
     let mut lines: Vec<String> = markdown.split_inclusive('\n').map(String::from).collect();
     let mut rewritten = 0;
     // From the last cell up, so that earlier cells' lines stay where they were.

@@ -118,13 +118,15 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled
                     format!("this chapter's parameters (line {line}) are in error: shown there")
                 });
             let valid = !shared && cell_errors.is_empty() && blocked.is_none();
-            let inputs = valid
-                .then(|| inputs_key(root, &preludes[d], c, Trees::Digests(&mut trees, &mut memo)));
-            let freeze = (valid && c.options.gpu).then(|| {
+            let reads = valid.then(|| read_digests(root, c, &mut trees, &mut memo));
+            let inputs = reads
+                .as_ref()
+                .map(|reads| inputs_key(&preludes[d], c, reads));
+            let freeze = reads.as_ref().filter(|_| c.options.gpu).map(|reads| {
                 gpu_cells += 1;
                 FreezeAt {
                     path: freeze::path(root, &config.freeze_dir, &docs[d].source, gpu_cells),
-                    source: inputs_key(root, &preludes[d], c, Trees::Contents(&mut memo)),
+                    source: freeze::source_key(&preludes[d], c, reads),
                 }
             });
             let runnable = !c.options.gpu || gpu_compiled;
@@ -278,25 +280,13 @@ fn number_labels(
     (labels, label_of)
 }
 
-/// How a key takes in the files a cell reads.
-enum Trees<'a> {
-    /// Each tree's digest, computed once per build however many cells read it (a results
-    /// folder read by twenty cells is hashed once, not twenty times), from file digests the
-    /// memo keeps between builds.
-    Digests(&'a mut HashMap<String, String>, &'a mut Memo),
-    /// Every file's contents, into the key itself: the form GPU freezes record, kept so that
-    /// freezes made before the digests stay current. The memo spares rereading them while
-    /// their stamps stay the same.
-    Contents(&'a mut Memo),
-}
-
-/// What a cell's run depends on in the book itself: its prelude, code, the options that change
-/// a run (captions, ids and hide-… are free) and the files it reads. This is also what a GPU
-/// cell's freeze records (no toolchain, no dependencies; with `Trees::Contents`).
-fn inputs_key(root: &Path, shared: &[(String, usize)], c: &CellBlock, trees: Trees) -> String {
+/// What a cell's run depends on in the book itself: its chapter's shared code (parameters and
+/// prelude), its code, the options that change a run (captions, ids and hide-… are free) and
+/// `reads`, the digest of each file it reads ([`read_digests`]). A GPU cell's freeze keys on
+/// less: [`freeze::source_key`].
+fn inputs_key(shared: &[(String, usize)], c: &CellBlock, reads: &[String]) -> String {
     let mut h = KeyHasher::default();
-    // One part, as before parameters existed: a chapter without them keeps its keys (and its
-    // GPU cells their freezes).
+    // One part, as before parameters existed: a chapter without them keeps its keys.
     let shared: String = shared.iter().map(|(code, _)| code.as_str()).collect();
     if !shared.is_empty() {
         h.part("prelude", shared.as_bytes());
@@ -304,32 +294,30 @@ fn inputs_key(root: &Path, shared: &[(String, usize)], c: &CellBlock, trees: Tre
     h.part("code", c.code.as_bytes())
         .part("timeout", &c.options.timeout.unwrap_or(0).to_le_bytes())
         .part("expect-fail", &[u8::from(c.options.expect_fail)]);
-    match trees {
-        Trees::Contents(memo) => {
-            let mut stamp = h.clone();
-            stamp.part("stamps", &[]);
-            let mut trusted = true;
-            for read in &c.options.reads {
-                trusted &= stamp.tree_stamp(root, Path::new(read));
-            }
-            memo.key(stamp.finish(), trusted, || {
-                for read in &c.options.reads {
-                    h.tree(root, Path::new(read));
-                }
-                h.finish()
-            })
-        }
-        Trees::Digests(digests, memo) => {
-            for read in &c.options.reads {
-                let digest = digests.entry(read.clone()).or_insert_with(|| {
-                    let mut tree = KeyHasher::default();
-                    tree.tree_digest(root, Path::new(read), memo).finish()
-                });
-                h.part("tree digest", digest.as_bytes());
-            }
-            h.finish()
-        }
+    for digest in reads {
+        h.part("tree digest", digest.as_bytes());
     }
+    h.finish()
+}
+
+/// The digest of each file or folder `c` reads, computed once per build however many cells
+/// read it (a results folder read by twenty cells is hashed once, not twenty times), from file
+/// digests the memo keeps between builds.
+fn read_digests(
+    root: &Path,
+    c: &CellBlock,
+    trees: &mut HashMap<String, String>,
+    memo: &mut Memo,
+) -> Vec<String> {
+    (c.options.reads.iter())
+        .map(|read| {
+            let digest = trees.entry(read.clone()).or_insert_with(|| {
+                let mut tree = KeyHasher::default();
+                tree.tree_digest(root, Path::new(read), memo).finish()
+            });
+            digest.clone()
+        })
+        .collect()
 }
 
 /// A module name unique in the book and stable while the chapter's cells keep their order. The

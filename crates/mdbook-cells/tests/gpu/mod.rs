@@ -53,6 +53,53 @@ fn gpu_cells_freeze_on_a_gpu_and_render_frozen_elsewhere() {
     );
 }
 
+/// A freeze keys on the prelude items its cell uses, as tokens: editing others, or reformatting
+/// and commenting the cell and its items, leaves it current; changing what it uses does not.
+#[test]
+fn a_freeze_stales_only_when_what_its_cell_uses_changes() {
+    let freeze = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cells-gpu-prelude");
+    let _ = std::fs::remove_dir_all(&freeze);
+    let chapter = |prelude: &str, code: &str| {
+        format!("# GPU\n\n```cell\n//| prelude\n{prelude}\n```\n\n```cell\n//| gpu\n{code}\n```\n")
+    };
+    let config = |gpu: bool| {
+        let f = freeze.clone();
+        move |c: &mut Config| {
+            c.freeze_dir = f;
+            c.gpu = gpu;
+            c.gpu_name = Some("Test GPU H0".into());
+        }
+    };
+    let prelude = "fn answer(a: u32, b: u32) -> u32 { a * b }\nfn unused() -> u32 { 1 }";
+    let (page, report) = run_text("gpu", &chapter(prelude, "answer(6, 7)"), config(true));
+    assert!(page.contains("42") && report.problems.is_empty(), "{page}");
+
+    let current = [
+        // The prelude: an item the cell does not use edited, one added, the used one reformatted.
+        chapter(
+            "/// Multiplies.\nfn answer(\n    a: u32,\n    b: u32,\n) -> u32 {\n    a * b\n}\n\
+             fn unused() -> u32 { 2 }\nfn added() {}",
+            "answer(6, 7)",
+        ),
+        // The cell: reformatted and commented.
+        chapter(prelude, "// The answer.\nanswer(\n    6,\n    7,\n)"),
+    ];
+    for text in current {
+        let (page, report) = run_text("gpu", &text, config(false));
+        assert!(!page.contains("cell-stale"), "{text}\n{page}");
+        assert!(report.problems.is_empty(), "{text}\n{:?}", report.problems);
+    }
+    let stale = [
+        chapter(&prelude.replace("a * b", "a + b"), "answer(6, 7)"),
+        chapter(prelude, "answer(7, 6)"),
+    ];
+    for text in stale {
+        let (page, report) = run_text("gpu", &text, config(false));
+        assert!(page.contains("cell-stale"), "{text}\n{page}");
+        assert_eq!(report.problems.len(), 1, "{text}\n{:?}", report.problems);
+    }
+}
+
 #[test]
 fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     let root = scratch_book("gpu-bundle");

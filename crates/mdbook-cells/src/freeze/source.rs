@@ -1,0 +1,382 @@
+//! What a GPU cell's freeze is keyed on: the cell's code, the prelude items it uses and the
+//! files it reads — as tokens, not text, so that reformatting the cell or editing its chapter's
+//! prelude elsewhere leaves the freeze current. Only a GPU can remake a freeze; a key that
+//! changed for nothing locks ordinary code until one does.
+
+use std::collections::HashSet;
+
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+use quote::ToTokens;
+
+/// `code` as its tokens: comments (doc comments too) and layout dropped, a trailing comma in a
+/// list (which rustfmt adds or removes with the layout) too, and its `use` declarations as one
+/// sorted list of paths (rustfmt sorts and regroups them). `None` when `code` does not lex.
+pub(crate) fn tokens(code: &str) -> Option<String> {
+    let stream: TokenStream = code.parse().ok()?;
+    let Ok(block) = syn::parse_str::<syn::Block>(&format!("{{{code}}}")) else {
+        return Some(normalized(stream).to_string());
+    };
+    let mut uses = Vec::new();
+    let mut rest = Vec::new();
+    for stmt in &block.stmts {
+        match stmt {
+            syn::Stmt::Item(syn::Item::Use(u)) => uses.extend(use_paths(u)),
+            other => rest.push(normalized(other.to_token_stream()).to_string()),
+        }
+    }
+    uses.sort();
+    Some(format!("{}\n{}", uses.join("\n"), rest.join("\n")))
+}
+
+/// A `use` declaration as the paths it imports, one each (`a::{B, C as D}` is `a::B` and
+/// `a::C as D`), with its attributes and visibility.
+fn use_paths(item: &syn::ItemUse) -> Vec<String> {
+    fn walk(prefix: String, tree: &syn::UseTree, out: &mut Vec<String>) {
+        match tree {
+            syn::UseTree::Path(p) => walk(format!("{prefix}{}::", p.ident), &p.tree, out),
+            syn::UseTree::Name(n) => out.push(format!("{prefix}{}", n.ident)),
+            syn::UseTree::Rename(r) => out.push(format!("{prefix}{} as {}", r.ident, r.rename)),
+            syn::UseTree::Glob(_) => out.push(format!("{prefix}*")),
+            syn::UseTree::Group(g) => g.items.iter().for_each(|t| walk(prefix.clone(), t, out)),
+        }
+    }
+    let attrs: TokenStream = item.attrs.iter().map(ToTokens::to_token_stream).collect();
+    let (attrs, vis) = (
+        normalized(attrs).to_string(),
+        item.vis.to_token_stream().to_string(),
+    );
+    let colon = if item.leading_colon.is_some() {
+        "::"
+    } else {
+        ""
+    };
+    let head = [attrs.as_str(), vis.as_str(), "use"]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+        + " "
+        + colon;
+    let mut out = Vec::new();
+    walk(head, &item.tree, &mut out);
+    out
+}
+
+fn normalized(stream: TokenStream) -> TokenStream {
+    let mut trees: Vec<TokenTree> = Vec::new();
+    for tree in stream {
+        // A doc comment is `#[doc = "…"]` (or `#![doc …]`) by now: drop it.
+        if let TokenTree::Group(g) = &tree
+            && g.delimiter() == Delimiter::Bracket
+            && g.stream()
+                .into_iter()
+                .next()
+                .is_some_and(|t| t.to_string() == "doc")
+        {
+            let hash = |t: &TokenTree| matches!(t, TokenTree::Punct(p) if p.as_char() == '#');
+            let bang = |t: &TokenTree| matches!(t, TokenTree::Punct(p) if p.as_char() == '!');
+            if trees.last().is_some_and(bang) && trees.len() >= 2 && hash(&trees[trees.len() - 2]) {
+                trees.truncate(trees.len() - 2);
+                continue;
+            }
+            if trees.last().is_some_and(hash) {
+                trees.pop();
+                continue;
+            }
+        }
+        trees.push(tree);
+    }
+    let mut trees: Vec<TokenTree> = trees
+        .into_iter()
+        .map(|tree| match tree {
+            TokenTree::Group(g) => {
+                let mut inner = proc_macro2::Group::new(g.delimiter(), normalized(g.stream()));
+                inner.set_span(g.span());
+                TokenTree::Group(inner)
+            }
+            other => other,
+        })
+        .collect();
+    let comma = |t: &TokenTree| matches!(t, TokenTree::Punct(p) if p.as_char() == ',');
+    // `(x,)` is a one-tuple and `(x)` is not: a comma goes only when another one separates items.
+    if trees.last().is_some_and(comma) && trees[..trees.len() - 1].iter().any(comma) {
+        trees.pop();
+    }
+    trees.into_iter().collect()
+}
+
+/// The items of `prelude` that `code` uses, directly or through other items, each as its
+/// tokens, sorted (the order of items does not change what they mean, and rustfmt reorders
+/// `use`s). A prelude that does not parse counts whole (it fails to compile anyway).
+pub(crate) fn used_prelude(prelude: &str, code: &str) -> Vec<String> {
+    let Ok(file) = syn::parse_file(prelude) else {
+        return vec![tokens(prelude).unwrap_or_else(|| prelude.to_string())];
+    };
+    let items: Vec<Item> = file.items.iter().flat_map(Item::of).collect();
+    let mut used = idents(&code.parse().unwrap_or_default());
+    // What the cell declares itself (its own `use`s, types, functions) shadows the prelude's.
+    let block = syn::parse_str::<syn::Block>(&format!("{{{code}}}"));
+    for stmt in block.iter().flat_map(|b| &b.stmts) {
+        if let syn::Stmt::Item(item) = stmt {
+            for name in names(item).0 {
+                used.remove(&name);
+            }
+        }
+    }
+    let mut taken = vec![false; items.len()];
+    // A fixed point: an item taken brings in the names it uses.
+    loop {
+        let before = taken.iter().filter(|t| **t).count();
+        for (item, taken) in items.iter().zip(&mut taken) {
+            if !*taken && item.is_used_by(&used) {
+                *taken = true;
+                used.extend(item.uses.iter().cloned());
+            }
+        }
+        if taken.iter().filter(|t| **t).count() == before {
+            break;
+        }
+    }
+    let mut used: Vec<String> = (items.into_iter().zip(taken))
+        .filter(|(_, taken)| *taken)
+        .map(|(item, _)| item.tokens)
+        .collect();
+    used.sort();
+    used
+}
+
+/// One prelude item as the key sees it.
+struct Item {
+    /// The names it brings into scope; for an `impl`, its type's and trait's names and its
+    /// methods' (a cell calls a method without naming its type).
+    names: HashSet<String>,
+    /// Always taken: a glob import or an item whose names cannot be known.
+    always: bool,
+    /// Every identifier in it.
+    uses: HashSet<String>,
+    tokens: String,
+}
+
+impl Item {
+    /// The item as the key sees it; a `use` as one item per path it imports, so that a cell
+    /// using one name of a group does not key on the others.
+    fn of(item: &syn::Item) -> Vec<Item> {
+        let stream = item.to_token_stream();
+        let syn::Item::Use(u) = item else {
+            let (names, always) = names(item);
+            let tokens = normalized(stream.clone()).to_string();
+            let uses = idents(&stream);
+            return vec![Item {
+                names,
+                always,
+                uses,
+                tokens,
+            }];
+        };
+        (use_paths(u).into_iter())
+            .map(|path| {
+                let leaf = path
+                    .rsplit([' ', ':'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                Item {
+                    always: leaf == "*",
+                    uses: path.split([' ', ':']).map(String::from).collect(),
+                    names: HashSet::from([leaf]),
+                    tokens: path,
+                }
+            })
+            .collect()
+    }
+
+    fn is_used_by(&self, used: &HashSet<String>) -> bool {
+        self.always || self.names.iter().any(|n| used.contains(n))
+    }
+}
+
+fn names(item: &syn::Item) -> (HashSet<String>, bool) {
+    let one = |ident: &syn::Ident| (HashSet::from([ident.to_string()]), false);
+    match item {
+        syn::Item::Const(i) => one(&i.ident),
+        syn::Item::Enum(i) => one(&i.ident),
+        syn::Item::ExternCrate(i) => one(i.rename.as_ref().map_or(&i.ident, |(_, r)| r)),
+        syn::Item::Fn(i) => one(&i.sig.ident),
+        syn::Item::Macro(i) => match &i.ident {
+            Some(ident) => one(ident),
+            None => (HashSet::new(), true),
+        },
+        syn::Item::Mod(i) => one(&i.ident),
+        syn::Item::Static(i) => one(&i.ident),
+        syn::Item::Struct(i) => one(&i.ident),
+        syn::Item::Trait(i) => {
+            let mut names = HashSet::from([i.ident.to_string()]);
+            names.extend(i.items.iter().filter_map(|m| match m {
+                syn::TraitItem::Fn(f) => Some(f.sig.ident.to_string()),
+                syn::TraitItem::Const(c) => Some(c.ident.to_string()),
+                _ => None,
+            }));
+            (names, false)
+        }
+        syn::Item::TraitAlias(i) => one(&i.ident),
+        syn::Item::Type(i) => one(&i.ident),
+        syn::Item::Union(i) => one(&i.ident),
+        syn::Item::Impl(i) => {
+            let mut names = idents(&i.self_ty.to_token_stream());
+            if let Some((_, path, _)) = &i.trait_ {
+                names.extend(idents(&path.to_token_stream()));
+            }
+            names.extend(i.items.iter().filter_map(|m| match m {
+                syn::ImplItem::Fn(f) => Some(f.sig.ident.to_string()),
+                syn::ImplItem::Const(c) => Some(c.ident.to_string()),
+                _ => None,
+            }));
+            (names, false)
+        }
+        syn::Item::Use(i) => {
+            let mut names = HashSet::new();
+            let glob = use_names(&i.tree, &mut names);
+            (names, glob)
+        }
+        _ => (HashSet::new(), true),
+    }
+}
+
+/// The names a `use` tree brings in; whether it holds a glob.
+fn use_names(tree: &syn::UseTree, names: &mut HashSet<String>) -> bool {
+    match tree {
+        syn::UseTree::Path(p) => use_names(&p.tree, names),
+        syn::UseTree::Name(n) => {
+            names.insert(n.ident.to_string());
+            false
+        }
+        syn::UseTree::Rename(r) => {
+            names.insert(r.rename.to_string());
+            false
+        }
+        syn::UseTree::Glob(_) => true,
+        syn::UseTree::Group(g) => g
+            .items
+            .iter()
+            .fold(false, |glob, t| use_names(t, names) || glob),
+    }
+}
+
+fn idents(stream: &TokenStream) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let mut stack = vec![stream.clone()];
+    while let Some(stream) = stack.pop() {
+        for tree in stream {
+            match tree {
+                TokenTree::Ident(i) => {
+                    out.insert(i.to_string());
+                }
+                TokenTree::Group(g) => stack.push(g.stream()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRELUDE: &str = r#"
+use std::collections::BTreeMap;
+use highwater::{Recipe, RunReport};
+
+/// Loads a record.
+fn load(path: &str, steps: u32) -> RunReport {
+    todo!()
+}
+
+struct Quiet;
+impl Observer for Quiet {}
+
+const STEPS: u32 = 50;
+"#;
+
+    #[test]
+    fn a_cell_keys_on_the_items_it_uses_and_what_they_use() {
+        let used = used_prelude(PRELUDE, "let r = load(\"x\", 1);\nr");
+        assert_eq!(
+            used.len(),
+            2,
+            "the function and the one import it uses: {used:?}"
+        );
+        assert!(used[0].starts_with("fn load"), "{used:?}");
+        assert_eq!(used[1], "use highwater::RunReport", "{used:?}");
+        let used = used_prelude(PRELUDE, "let q = Quiet; STEPS");
+        assert_eq!(used.len(), 3, "struct, its impl, the const: {used:?}");
+        let own = "use other::RunReport;\nstruct Quiet;\nlet r: RunReport = todo!(); Quiet";
+        assert!(
+            used_prelude(PRELUDE, own).is_empty(),
+            "the cell's own items shadow the prelude's"
+        );
+        assert!(used_prelude(PRELUDE, "1 + 1").is_empty());
+    }
+
+    #[test]
+    fn layout_comments_and_trailing_commas_do_not_change_the_key() {
+        let a = "let plan = Plan { steps: 50, seed: 1, cap: None };\nplan";
+        let b = "// The plan.\nlet plan = Plan {\n    steps: 50,\n    seed: 1,\n    cap: None,\n};\nplan";
+        assert_eq!(tokens(a), tokens(b));
+        assert_ne!(
+            tokens("(x,)"),
+            tokens("(x)"),
+            "a one-tuple is not a parenthesis"
+        );
+        assert_ne!(tokens(a), tokens(&a.replace("50", "51")));
+        assert_eq!(tokens("let s = \"unclosed;"), None);
+        let reformatted = PRELUDE
+            .replace(
+                "fn load(path: &str, steps: u32)",
+                "fn load(\n    path: &str,\n    steps: u32,\n)",
+            )
+            .replace(
+                "/// Loads a record.",
+                "/// Loads a record, as the GPU wrote it.",
+            );
+        assert_ne!(reformatted, PRELUDE);
+        let call = "load(\"x\", 1)";
+        assert_eq!(
+            used_prelude(PRELUDE, call),
+            used_prelude(&reformatted, call)
+        );
+        assert!(
+            !used_prelude(PRELUDE, call)[0].contains("doc"),
+            "doc comments dropped"
+        );
+    }
+
+    #[test]
+    fn a_prelude_that_does_not_parse_counts_whole() {
+        assert_eq!(used_prelude("fn f( {", "1"), ["fn f( {"]);
+        assert_eq!(used_prelude("fn f(", "1"), ["fn f("], "does not even lex");
+        assert_eq!(used_prelude("fn f() }", "1"), ["fn f() }"]);
+        let lexes = "fn () {}";
+        assert_eq!(
+            used_prelude(lexes, "1"),
+            [tokens(lexes).unwrap()],
+            "lexes, does not parse"
+        );
+        assert!(used_prelude("use a::*;\nfn g() {}", "1")[0].starts_with("use a"));
+    }
+
+    #[test]
+    fn imports_count_as_the_paths_they_bring_in() {
+        let grouped = "use highwater::{RunReport, Recipe};\nuse std::fs;\nlet r: Recipe = todo!(); fs::read(\"x\")";
+        let split = "use std::fs;\nuse highwater::Recipe;\nuse highwater::RunReport;\nlet r: Recipe = todo!(); fs::read(\"x\")";
+        assert_eq!(tokens(grouped), tokens(split));
+        assert_ne!(
+            tokens(grouped),
+            tokens(&grouped.replace("Recipe}", "Recipe as R}"))
+        );
+        let prelude = "use a::{C, B};\npub use ::d::E;\nfn f() -> B { todo!() }";
+        let reordered = "use a::B;\nuse a::C;\npub use ::d::E;\nfn f() -> B { todo!() }";
+        assert_eq!(used_prelude(prelude, "f()"), used_prelude(reordered, "f()"));
+        assert_eq!(used_prelude(prelude, "E")[0], "pub use ::d::E");
+    }
+}
