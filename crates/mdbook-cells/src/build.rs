@@ -1,15 +1,19 @@
-//! Stage 2, build: the book's cells compiled as one crate, and the ones asked for run in one
-//! child process.
+//! Stage 2, build: each cell's outcome from the cache, or compiled (the book's cells as one
+//! crate) and run now in one child process — a GPU cell bundled instead, when bundling — and
+//! the outcomes worth keeping cached.
 
+use crate::bundle::BundledCell;
+use crate::cache::{Cache, Entry};
 use crate::compile::{self, CellCrate, CellSource, LineMap};
 use crate::config::Config;
-use crate::error::Error;
-use crate::execute;
+use crate::error::{BundleError, Error};
+use crate::execute::{self, Job};
+use crate::gpu::GpuCells;
 use crate::outcome::{FailureKind, Outcome, Stored};
 use crate::plan::{Plan, PlannedCell};
 use crate::quick::{self, RustcCall};
-use crate::types::{Compilation, Document};
-use std::collections::{BTreeMap, HashMap};
+use crate::types::{Compilation, Document, Source};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -30,6 +34,193 @@ pub(crate) struct Build {
     pub(crate) compiled: Compilation,
     /// How long compiling took.
     pub(crate) compile_time: Duration,
+}
+
+/// A cell's outcome before it is shown: what it came to and from where.
+pub(crate) struct Got {
+    pub(crate) stored: Stored,
+    pub(crate) source: Source,
+}
+
+/// What the build got: each cell's outcome by module (none for a cell it did not compile or
+/// run: a prelude, a GPU cell shown frozen, a bundled one), and the errors in shared code.
+pub(crate) struct Built {
+    pub(crate) got: HashMap<String, Got>,
+    /// The compile errors found in each chapter's shared code: chapter line and text.
+    pub(crate) prelude_errors: HashMap<usize, Vec<(usize, String)>>,
+    pub(crate) stats: BuildStats,
+}
+
+/// What the build did, for the report.
+#[derive(Default)]
+pub(crate) struct BuildStats {
+    /// Cells taken from the cache.
+    pub(crate) cached: usize,
+    /// Cells run.
+    pub(crate) ran: usize,
+    /// Cells this build ran or took from the cache.
+    pub(crate) cells_run_or_cached: usize,
+    /// What was compiled.
+    pub(crate) compiled: Compilation,
+    /// Compiling it.
+    pub(crate) compile_time: Duration,
+    /// Running the cells.
+    pub(crate) run_time: Duration,
+    /// The modules of the cells that do not compile (now or in the build that cached it).
+    pub(crate) compile_failed: HashSet<String>,
+}
+
+/// Stage 2: cache hits are taken, the rest compiled and run (GPU cells bundled instead, when
+/// bundling), outcomes worth keeping cached; cache entries no planned cell has are dropped.
+pub(crate) fn build(
+    root: &Path,
+    config: &Config,
+    docs: &[Document],
+    plan: &Plan,
+    gpu: &GpuCells,
+) -> Result<Built, Error> {
+    let cache_dir = root.join(&config.cache_dir);
+    let cache_error = |source| Error::Cache {
+        path: cache_dir.clone(),
+        source,
+    };
+    let cache = Cache::open(&cache_dir).map_err(cache_error)?;
+    let mut got: HashMap<String, Got> = HashMap::new();
+    let (mut misses, mut bundled) = (Vec::new(), Vec::new());
+    for f in &plan.cells {
+        let Some(key) = &f.key else { continue };
+        if gpu.bundles(f) {
+            bundled.push(f);
+        } else if let Some(entry) = cache.get(key) {
+            let source = Source::Cached(entry.ran_ms.map(Duration::from_millis));
+            let stored = entry.stored;
+            got.insert(f.module.clone(), Got { stored, source });
+        } else {
+            misses.push(f);
+        }
+    }
+    let mut stats = BuildStats {
+        cached: got.len(),
+        cells_run_or_cached: got.len() + misses.len(),
+        ..BuildStats::default()
+    };
+    let mut prelude_errors = HashMap::new();
+    if !misses.is_empty() || !bundled.is_empty() {
+        let cached_compile_failure = |f: &PlannedCell| {
+            got.get(&f.module)
+                .is_some_and(|g| g.stored.outcome.failure() == Some(FailureKind::Compile))
+        };
+        let wanted: Vec<&PlannedCell> = misses.iter().chain(&bundled).copied().collect();
+        let build = compile(
+            root,
+            config,
+            docs,
+            plan,
+            cached_compile_failure,
+            &wanted,
+            gpu.compiled(),
+        )?;
+        let (jobs, to_bundle) = jobs(root, config, docs, plan, gpu, &build, &wanted, &mut got)?;
+        gpu.write_bundle(
+            root,
+            config,
+            build.binary(),
+            &build.line_maps_of(&to_bundle),
+            to_bundle,
+        )?;
+        let (outcomes, took) = build.run(root, config, &jobs)?;
+        stats.ran = outcomes.len();
+        for (module, (stored, elapsed)) in outcomes {
+            let source = Source::Ran(elapsed);
+            got.insert(module, Got { stored, source });
+        }
+        keep_in_cache(&cache, plan, &misses, &got).map_err(cache_error)?;
+        prelude_errors = build.prelude_errors;
+        (stats.compiled, stats.compile_time, stats.run_time) =
+            (build.compiled, build.compile_time, took);
+    }
+    let live: HashSet<String> = plan.cells.iter().filter_map(|f| f.key.clone()).collect();
+    cache.retain(&live).map_err(cache_error)?;
+    stats.compile_failed = (got.iter())
+        .filter(|(_, g)| g.stored.outcome.failure() == Some(FailureKind::Compile))
+        .map(|(module, _)| module.clone())
+        .collect();
+    Ok(Built {
+        got,
+        prelude_errors,
+        stats,
+    })
+}
+
+/// The compiled cells of `wanted` to run, and the GPU cells to bundle; a cell that did not
+/// compile gets its failure in `got` instead.
+#[allow(clippy::too_many_arguments)]
+fn jobs(
+    root: &Path,
+    config: &Config,
+    docs: &[Document],
+    plan: &Plan,
+    gpu: &GpuCells,
+    build: &Build,
+    wanted: &[&PlannedCell],
+    got: &mut HashMap<String, Got>,
+) -> Result<(Vec<Job>, Vec<BundledCell>), Error> {
+    let (mut jobs, mut to_bundle) = (Vec::new(), Vec::new());
+    for f in wanted {
+        if let Some(failure) = build.failure(f) {
+            let (stored, source) = (failure.clone(), Source::Compiled);
+            got.insert(f.module.clone(), Got { stored, source });
+            continue;
+        }
+        let secs = plan.block(f).options.timeout.unwrap_or(config.timeout);
+        match &f.freeze {
+            Some(at) if gpu.bundles(f) => {
+                let Ok(freeze) = at.path.strip_prefix(root) else {
+                    return Err(BundleError::FreezeOutside(at.path.clone()).into());
+                };
+                to_bundle.push(BundledCell {
+                    module: f.module.clone(),
+                    chapter: docs[f.doc].source.clone(),
+                    line: plan.block(f).fence_line,
+                    timeout_s: secs,
+                    freeze: freeze.to_path_buf(),
+                    source: at.source.clone(),
+                });
+            }
+            _ => jobs.push(Job {
+                module: f.module.clone(),
+                timeout: Duration::from_secs(secs),
+            }),
+        }
+    }
+    Ok((jobs, to_bundle))
+}
+
+/// Keeps what is worth keeping: outputs, and the failures that are a cell's content (an
+/// expected failure that would happen again).
+fn keep_in_cache(
+    cache: &Cache,
+    plan: &Plan,
+    misses: &[&PlannedCell],
+    got: &HashMap<String, Got>,
+) -> std::io::Result<()> {
+    for f in misses {
+        let (Some(key), Some(got)) = (&f.key, got.get(&f.module)) else {
+            continue;
+        };
+        let keep = match got.stored.outcome.failure() {
+            None => true,
+            Some(kind) => plan.block(f).options.expect_fail && kind.is_deterministic(),
+        };
+        if keep {
+            let ran = match got.source {
+                Source::Ran(t) => t,
+                _ => Duration::ZERO,
+            };
+            cache.put(key, &Entry::new(got.stored.clone(), ran))?;
+        }
+    }
+    Ok(())
 }
 
 /// Compiles every runnable cell of the book as one crate (so its module set is stable between
@@ -180,13 +371,15 @@ impl Build {
     }
 
     /// Where the lines of `modules` came from, to place a panic in its chapter.
-    pub(crate) fn line_maps<'a>(
-        &self,
-        modules: impl Iterator<Item = &'a str>,
-    ) -> BTreeMap<String, LineMap> {
+    fn line_maps<'a>(&self, modules: impl Iterator<Item = &'a str>) -> BTreeMap<String, LineMap> {
         modules
             .filter_map(|m| Some((m.to_string(), self.krate.line_maps().get(m)?.clone())))
             .collect()
+    }
+
+    /// Where the lines of the cells to bundle came from.
+    fn line_maps_of(&self, cells: &[BundledCell]) -> BTreeMap<String, LineMap> {
+        self.line_maps(cells.iter().map(|c| c.module.as_str()))
     }
 
     /// Runs `jobs` (cells that compiled) from the book's root: each one's outcome and how long

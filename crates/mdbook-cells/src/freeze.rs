@@ -22,8 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::key::KeyHasher;
 use crate::outcome::Stored;
 use crate::parse::{CellBlock, Segment};
-
-mod source;
+use crate::shared;
 
 /// What a GPU cell's freeze is keyed on (see the module docs): the chapter's `shared` code (its
 /// parameters and prelude) as far as `cell` uses it, the cell's own code, the options that
@@ -59,10 +58,10 @@ fn keyed_code(shared: &str, cell: &CellBlock) -> KeyHasher {
     let mut h = KeyHasher::default();
     // Freezes made before this scheme (whole prelude, file contents) are stale once, by design.
     h.part("freeze key", b"2");
-    for item in source::used_prelude(shared, &cell.code) {
+    for item in shared::used_prelude(shared, &cell.code) {
         h.part("prelude item", item.as_bytes());
     }
-    let code = source::tokens(&cell.code).unwrap_or_else(|| cell.code.clone());
+    let code = shared::tokens(&cell.code).unwrap_or_else(|| cell.code.clone());
     h.part("code", code.as_bytes())
         .part("timeout", &cell.options.timeout.unwrap_or(0).to_le_bytes())
         .part("expect-fail", &[u8::from(cell.options.expect_fail)]);

@@ -2,8 +2,8 @@
 //! their outputs, or compile them into a bundle for a GPU box (see [`crate::freeze`] and
 //! [`crate::bundle`]). Every branch that depends on it is here.
 
-use crate::build::Build;
 use crate::bundle::{self, BundledCell};
+use crate::compile::LineMap;
 use crate::config::Config;
 use crate::error::{BundleError, Error};
 use crate::freeze;
@@ -11,6 +11,7 @@ use crate::outcome::Stored;
 use crate::plan::{FreezeAt, PlannedCell};
 use crate::render::Shown;
 use crate::types::{Problem, Source};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What a build does with the GPU cells.
@@ -58,15 +59,17 @@ impl GpuCells {
         }
     }
 
-    /// Writes the bundle of `cells` (GPU cells that compiled), when bundling.
+    /// Writes the bundle of `cells` (GPU cells that compiled into `binary`; `lines` place their
+    /// panics), when bundling.
     pub(crate) fn write_bundle(
         &self,
         root: &Path,
         config: &Config,
-        build: &Build,
+        binary: Option<&Path>,
+        lines: &BTreeMap<String, LineMap>,
         cells: Vec<BundledCell>,
     ) -> Result<(), Error> {
-        let (GpuCells::Bundle(dir), Some(binary)) = (self, build.binary()) else {
+        let (GpuCells::Bundle(dir), Some(binary)) = (self, binary) else {
             return Ok(());
         };
         if cells.is_empty() {
@@ -75,7 +78,7 @@ impl GpuCells {
         let manifest = bundle::Bundle {
             command: bundle::command(dir),
             output_limit: config.output_limit,
-            lines: build.line_maps(cells.iter().map(|c| c.module.as_str())),
+            lines: lines.clone(),
             cells,
         };
         bundle::write(&root.join(dir), binary, &manifest)?;

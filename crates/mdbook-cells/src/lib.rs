@@ -1,15 +1,24 @@
 //! `mdbook-cells`: an mdbook preprocessor whose ```` ```cell ```` blocks are Rust that runs.
 //!
-//! A build goes through four stages, one file each: **plan** (parse every chapter, number its
-//! figures and tables, key every cell by a hash of its inputs) → **build** (compile the cells as
-//! one generated crate, run those that need it in one child process) → **resolve** (each cell's
-//! outcome from exactly one of the cache, this build's run or a GPU cell's freeze, with its
-//! problems) → **pages** (a pure render of every chapter). [`gpu`] holds every branch that
-//! depends on what the build does with GPU cells. [`process`] is that walk over plain strings;
-//! [`Cells`] adapts it to mdbook's preprocessor protocol.
+//! [`process`] is the build, four stages called in turn, one file each, each taking the one
+//! before's value:
+//!
+//! ```text
+//! plan::plan(docs)          -> Plan      parse every chapter, number its figures and tables,
+//!                                        key every cell by a hash of its inputs
+//! build::build(&plan)       -> Built     each cell's outcome from the cache, or compiled (one
+//!                                        generated crate) and run now in one child process
+//! resolve::resolve(built)   -> Resolved  what each cell shows: its outcome, a GPU cell's
+//!                                        freeze, or why it did not run; with its problems
+//! pages::render_pages(&resolved)         a pure render of every chapter
+//! ```
+//!
+//! [`gpu`] holds every branch that depends on what the build does with GPU cells (show their
+//! freezes, run them here, or bundle them); the stages ask it. [`Cells`] adapts [`process`] to
+//! mdbook's preprocessor protocol. No stage imports a later one (a test reads the `use` lines).
 //!
 //! Below the stages: the shared types ([`types`], [`outcome`], [`error`]) and the parts they
-//! use (`parse`, `params`, `config`, `cache`, `key`, `compile`, `execute`, `render`,
+//! use (`parse`, `params`, `shared`, `config`, `cache`, `key`, `compile`, `execute`, `render`,
 //! `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work outside a
 //! build: [`export`] (a chapter as a cargo project) and [`lint`] (rustfmt and clippy over the
 //! cells, `mdbook-cells fmt`). Nothing imports back up.
@@ -38,6 +47,7 @@ mod plan;
 mod quick;
 mod report;
 mod resolve;
+mod shared;
 
 pub use error::Error;
 pub use types::{CellEntry, Compilation, Document, Problem, Report, Source, Status};
@@ -54,7 +64,8 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
     let gpu = GpuCells::of(config);
     gpu.clear_bundle(root)?;
     let plan = plan::plan(root, config, docs, gpu.compiled());
-    let resolved = resolve::resolve(root, config, docs, &plan, &gpu)?;
+    let built = build::build(root, config, docs, &plan, &gpu)?;
+    let resolved = resolve::resolve(docs, &plan, built, &gpu);
     let entries = plan
         .cells
         .iter()
@@ -81,7 +92,10 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             .map(|(d, segments)| (d.source.clone(), segments.as_slice()))
             .collect();
         problems.extend(lint::fmt_problems(root, &chapters));
-        let broken = resolved.compile_failed.iter().map(String::as_str).collect();
+        problems.extend(lint::unused_prelude_problems(&chapters));
+        let broken = (resolved.stats.compile_failed.iter())
+            .map(String::as_str)
+            .collect();
         problems.extend(lint::clippy_problems(
             root,
             config,
@@ -98,14 +112,15 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         config.fold_code_over,
         &config.preprocessor_command(),
     ));
+    let stats = resolved.stats;
     let report = Report {
         problems,
-        cells: resolved.cells_run_or_cached,
-        cached: resolved.cached,
-        ran: resolved.ran,
-        compiled: resolved.compiled,
-        compile_time: resolved.compile_time,
-        run_time: resolved.run_time,
+        cells: stats.cells_run_or_cached,
+        cached: stats.cached,
+        ran: stats.ran,
+        compiled: stats.compiled,
+        compile_time: stats.compile_time,
+        run_time: stats.run_time,
         entries,
     };
     // Last: the report page shows every problem, its own pages' included.
@@ -180,5 +195,62 @@ impl mdbook_preprocessor::Preprocessor for Cells {
         // `mdbook test` would compile the rendered code blocks as doctests; cells are checked
         // by running them instead.
         Ok(renderer != "test")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The stages, in the order [`super::process`] calls them.
+    const STAGES: [&str; 4] = ["plan", "build", "resolve", "pages"];
+
+    /// The modules of this crate that `module`'s code (not its comments) names.
+    fn imports(module: &str) -> Vec<String> {
+        let path = format!("{}/src/{module}.rs", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut names: Vec<String> = (text.lines())
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .flat_map(|l| l.split("crate::").skip(1))
+            .map(|rest| {
+                rest.chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+            })
+            .map(String::from_iter)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn no_stage_imports_a_later_one_and_no_part_imports_a_stage() {
+        for (i, stage) in STAGES.iter().enumerate() {
+            let later: Vec<String> = (imports(stage).into_iter())
+                .filter(|m| STAGES[i + 1..].contains(&m.as_str()))
+                .collect();
+            assert!(later.is_empty(), "stage {stage} imports later {later:?}");
+        }
+        // `gpu` answers the stages' questions about GPU cells: it may read the plan, no more.
+        let gpu: Vec<String> = (imports("gpu").into_iter())
+            .filter(|m| STAGES.contains(&m.as_str()) && m != "plan")
+            .collect();
+        assert!(gpu.is_empty(), "gpu imports {gpu:?}");
+        let dir = format!("{}/src", env!("CARGO_MANIFEST_DIR"));
+        let commands = ["lib", "main", "lint", "export", "gpu"];
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let Some(part) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            if path.extension().is_none_or(|e| e != "rs")
+                || STAGES.contains(&part)
+                || commands.contains(&part)
+            {
+                continue;
+            }
+            let stages: Vec<String> = (imports(part).into_iter())
+                .filter(|m| STAGES.contains(&m.as_str()))
+                .collect();
+            assert!(stages.is_empty(), "part {part} imports stages {stages:?}");
+        }
     }
 }

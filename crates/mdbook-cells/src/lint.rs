@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::freeze;
 use crate::parse::{self, CellBlock, Segment};
 use crate::plan::Plan;
+use crate::shared;
 use crate::types::{Document, Problem};
 use std::collections::HashSet;
 use std::io::Write as _;
@@ -67,6 +68,36 @@ pub(crate) fn fmt_problems(root: &Path, chapters: &[(String, &[Segment])]) -> Ve
                 reason: "rustfmt would write this cell otherwise (from this line on); \
                          `mdbook-cells fmt` rewrites it"
                     .into(),
+            });
+        }
+    }
+    problems
+}
+
+/// Problems for each prelude item no cell of its chapter uses: a cell's module holds the whole
+/// prelude and may leave most of it unused, so the compiler cannot say this.
+pub(crate) fn unused_prelude_problems(chapters: &[(String, &[Segment])]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (source, segments) in chapters {
+        let cells: Vec<&CellBlock> = (segments.iter())
+            .filter_map(|s| match s {
+                Segment::Cell(c) => Some(c),
+                Segment::Prose(_) => None,
+            })
+            .collect();
+        let Some(prelude) = cells.iter().find(|c| c.options.prelude) else {
+            continue;
+        };
+        let codes: Vec<&str> = (cells.iter())
+            .filter(|c| !(c.options.prelude || c.options.parameters))
+            .map(|c| c.code.as_str())
+            .collect();
+        for (line, item) in shared::unused_items(&prelude.code, &codes) {
+            let item = item.lines().next().unwrap_or_default();
+            problems.push(Problem {
+                file: source.clone(),
+                line: prelude.code_line + line - 1,
+                reason: format!("no cell of this chapter uses this prelude item (`{item}`)"),
             });
         }
     }

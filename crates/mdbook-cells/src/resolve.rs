@@ -1,23 +1,15 @@
 //! Stage 3, resolve: each cell's outcome from exactly one place — the cache, a run in this
 //! build, or a GPU cell's freeze — and the problems that come with it.
 
-use crate::build;
-use crate::bundle::BundledCell;
-use crate::cache::{Cache, Entry};
-use crate::config::Config;
-use crate::error::{BundleError, Error};
-use crate::execute::Job;
+use crate::build::{BuildStats, Built, Got};
 use crate::gpu::GpuCells;
 use crate::outcome::{FailureKind, Outcome, OutputKind, Stored};
 use crate::params::Param;
 use crate::parse::CellBlock;
 use crate::plan::{Plan, PlannedCell};
 use crate::render::Shown;
-use crate::types::{Compilation, Document, Problem, Source};
+use crate::types::{Document, Problem, Source};
 use cell_output::{Align, Table};
-use std::collections::{HashMap, HashSet};
-use std::path::Path;
-use std::time::Duration;
 
 /// One cell, resolved: what its page shows, where that came from, and what is wrong.
 pub(crate) struct Resolution {
@@ -29,133 +21,24 @@ pub(crate) struct Resolution {
     pub(crate) problems: Vec<Problem>,
 }
 
-/// Every cell of the book resolved (in plan order), and what it took.
+/// Every cell of the book resolved (in plan order), and what the build took.
 pub(crate) struct Resolved {
     /// One per planned cell.
     pub(crate) cells: Vec<Resolution>,
     /// Problems that belong to no cell's lines (a freeze that cannot be written).
     pub(crate) problems: Vec<Problem>,
-    /// Cells taken from the cache.
-    pub(crate) cached: usize,
-    /// Cells run.
-    pub(crate) ran: usize,
-    /// Cells this build ran or took from the cache.
-    pub(crate) cells_run_or_cached: usize,
-    /// What was compiled.
-    pub(crate) compiled: Compilation,
-    /// Compiling it.
-    pub(crate) compile_time: Duration,
-    /// Running the cells.
-    pub(crate) run_time: Duration,
-    /// The modules of the cells that do not compile (now or in the build that cached it).
-    pub(crate) compile_failed: HashSet<String>,
+    /// What the build did, passed on to the report.
+    pub(crate) stats: BuildStats,
 }
 
-/// A cell's outcome before it is shown: what it came to and from where.
-struct Got {
-    stored: Stored,
-    source: Source,
-}
-
-/// Resolves every planned cell: cache hits are taken, the rest compiled and run (GPU cells
-/// bundled instead, when bundling), outcomes worth keeping cached.
-pub(crate) fn resolve(
-    root: &Path,
-    config: &Config,
-    docs: &[Document],
-    plan: &Plan,
-    gpu: &GpuCells,
-) -> Result<Resolved, Error> {
-    let cache_dir = root.join(&config.cache_dir);
-    let cache_error = |source| Error::Cache {
-        path: cache_dir.clone(),
-        source,
-    };
-    let cache = Cache::open(&cache_dir).map_err(cache_error)?;
-    let mut got: HashMap<&str, Got> = HashMap::new();
-    let mut misses = Vec::new();
-    let mut bundled = Vec::new();
-    for f in &plan.cells {
-        let Some(key) = &f.key else { continue };
-        if gpu.bundles(f) {
-            bundled.push(f);
-        } else if let Some(entry) = cache.get(key) {
-            let source = Source::Cached(entry.ran_ms.map(Duration::from_millis));
-            let stored = entry.stored;
-            got.insert(&f.module, Got { stored, source });
-        } else {
-            misses.push(f);
-        }
-    }
-    let cached = got.len();
-    let (mut prelude_errors, mut compiled, mut compile_time, mut run_time) = Default::default();
-    let mut ran = 0;
-    if !misses.is_empty() || !bundled.is_empty() {
-        let cached_compile_failure = |f: &PlannedCell| {
-            got.get(f.module.as_str())
-                .is_some_and(|g| g.stored.outcome.failure() == Some(FailureKind::Compile))
-        };
-        let wanted: Vec<&PlannedCell> = misses.iter().chain(&bundled).copied().collect();
-        let build = build::compile(
-            root,
-            config,
-            docs,
-            plan,
-            cached_compile_failure,
-            &wanted,
-            gpu.compiled(),
-        )?;
-        let mut jobs = Vec::new();
-        let mut to_bundle = Vec::new();
-        for f in &wanted {
-            if let Some(failure) = build.failure(f) {
-                let (stored, source) = (failure.clone(), Source::Compiled);
-                got.insert(&f.module, Got { stored, source });
-                continue;
-            }
-            let secs = plan.block(f).options.timeout.unwrap_or(config.timeout);
-            match &f.freeze {
-                Some(at) if gpu.bundles(f) => {
-                    let Ok(freeze) = at.path.strip_prefix(root) else {
-                        return Err(BundleError::FreezeOutside(at.path.clone()).into());
-                    };
-                    to_bundle.push(BundledCell {
-                        module: f.module.clone(),
-                        chapter: docs[f.doc].source.clone(),
-                        line: plan.block(f).fence_line,
-                        timeout_s: secs,
-                        freeze: freeze.to_path_buf(),
-                        source: at.source.clone(),
-                    });
-                }
-                _ => jobs.push(Job {
-                    module: f.module.clone(),
-                    timeout: Duration::from_secs(secs),
-                }),
-            }
-        }
-        gpu.write_bundle(root, config, &build, to_bundle)?;
-        let (outcomes, took) = build.run(root, config, &jobs)?;
-        ran = outcomes.len();
-        for f in &misses {
-            if let Some((stored, elapsed)) = outcomes.get(&f.module) {
-                let (stored, source) = (stored.clone(), Source::Ran(*elapsed));
-                got.insert(&f.module, Got { stored, source });
-            }
-        }
-        keep_in_cache(&cache, plan, &misses, &got).map_err(cache_error)?;
-        (prelude_errors, compiled) = (build.prelude_errors, build.compiled);
-        (compile_time, run_time) = (build.compile_time, took);
-    }
-    let live: HashSet<String> = plan.cells.iter().filter_map(|f| f.key.clone()).collect();
-    cache.retain(&live).map_err(cache_error)?;
-    drop(cache);
-
-    let compile_failed = got
-        .iter()
-        .filter(|(_, g)| g.stored.outcome.failure() == Some(FailureKind::Compile))
-        .map(|(module, _)| module.to_string())
-        .collect();
+/// Resolves every planned cell from what the build got for it (or, for a GPU cell that did
+/// not run, its freeze), with its problems.
+pub(crate) fn resolve(docs: &[Document], plan: &Plan, built: Built, gpu: &GpuCells) -> Resolved {
+    let Built {
+        mut got,
+        prelude_errors,
+        stats,
+    } = built;
     let mut problems = Vec::new();
     let cells = plan
         .cells
@@ -174,44 +57,11 @@ pub(crate) fn resolve(
             resolve_cell(f, c, chapter, got, shared, gpu)
         })
         .collect();
-    Ok(Resolved {
+    Resolved {
         cells,
         problems,
-        cached,
-        ran,
-        cells_run_or_cached: cached + misses.len(),
-        compiled,
-        compile_time,
-        run_time,
-        compile_failed,
-    })
-}
-
-/// Keeps what is worth keeping: outputs, and the failures that are a cell's content (an
-/// expected failure that would happen again).
-fn keep_in_cache(
-    cache: &Cache,
-    plan: &Plan,
-    misses: &[&PlannedCell],
-    got: &HashMap<&str, Got>,
-) -> std::io::Result<()> {
-    for f in misses {
-        let (Some(key), Some(got)) = (&f.key, got.get(f.module.as_str())) else {
-            continue;
-        };
-        let keep = match got.stored.outcome.failure() {
-            None => true,
-            Some(kind) => plan.block(f).options.expect_fail && kind.is_deterministic(),
-        };
-        if keep {
-            let ran = match got.source {
-                Source::Ran(t) => t,
-                _ => Duration::ZERO,
-            };
-            cache.put(key, &Entry::new(got.stored.clone(), ran))?;
-        }
+        stats,
     }
-    Ok(())
 }
 
 /// What a chapter's cells share, as its prelude and parameters cells show it.

@@ -1,7 +1,10 @@
-//! What a GPU cell's freeze is keyed on: the cell's code, the prelude items it uses and the
-//! files it reads — as tokens, not text, so that reformatting the cell or editing its chapter's
-//! prelude elsewhere leaves the freeze current. Only a GPU can remake a freeze; a key that
-//! changed for nothing locks ordinary code until one does.
+//! A chapter's shared code (its parameters and prelude) as items, read with syn: which items a
+//! cell uses ([`used_prelude`], what a GPU cell's freeze keys on besides its own [`tokens`]),
+//! which no cell uses ([`unused_items`], a strict build's problem), and where each starts
+//! ([`item_starts`]: each cell's module holds the whole prelude, so its items may go unused
+//! there). Tokens, not text: reformatting a cell or editing a prelude item it does not use
+//! leaves a freeze current — only a GPU can remake one, and a key that changed for nothing
+//! locks ordinary code until one does.
 
 use std::collections::HashSet;
 
@@ -113,6 +116,49 @@ pub(crate) fn used_prelude(prelude: &str, code: &str) -> Vec<String> {
         return vec![tokens(prelude).unwrap_or_else(|| prelude.to_string())];
     };
     let items: Vec<Item> = file.items.iter().flat_map(Item::of).collect();
+    let taken = taken_by(&items, code);
+    let mut used: Vec<String> = (items.into_iter().zip(taken))
+        .filter(|(_, taken)| *taken)
+        .map(|(item, _)| item.tokens)
+        .collect();
+    used.sort();
+    used
+}
+
+/// The items of `prelude` that none of `cells` uses: each as its first line in `prelude`
+/// (1-based) and its tokens. None when the prelude does not parse (its compiler error says
+/// more).
+pub(crate) fn unused_items(prelude: &str, cells: &[&str]) -> Vec<(usize, String)> {
+    let Ok(file) = syn::parse_file(prelude) else {
+        return Vec::new();
+    };
+    let items: Vec<Item> = file.items.iter().flat_map(Item::of).collect();
+    let mut used = vec![false; items.len()];
+    for code in cells {
+        for (used, taken) in used.iter_mut().zip(taken_by(&items, code)) {
+            *used |= taken;
+        }
+    }
+    (items.into_iter().zip(used))
+        .filter(|(item, used)| !used && !item.always)
+        .map(|(item, _)| (item.line, item.tokens))
+        .collect()
+}
+
+/// Where each top-level item of `code` starts, its attributes and doc comments included: line
+/// (1-based) and column (in characters). Empty when `code` does not parse.
+pub(crate) fn item_starts(code: &str) -> Vec<(usize, usize)> {
+    let Ok(file) = syn::parse_file(code) else {
+        return Vec::new();
+    };
+    (file.items.iter())
+        .filter_map(|item| item.to_token_stream().into_iter().next())
+        .map(|first| (first.span().start().line, first.span().start().column))
+        .collect()
+}
+
+/// Which of `items` `code` uses, directly or through other items.
+fn taken_by(items: &[Item], code: &str) -> Vec<bool> {
     let mut used = idents(&code.parse().unwrap_or_default());
     // What the cell declares itself (its own `use`s, types, functions) shadows the prelude's.
     let block = syn::parse_str::<syn::Block>(&format!("{{{code}}}"));
@@ -137,15 +183,10 @@ pub(crate) fn used_prelude(prelude: &str, code: &str) -> Vec<String> {
             break;
         }
     }
-    let mut used: Vec<String> = (items.into_iter().zip(taken))
-        .filter(|(_, taken)| *taken)
-        .map(|(item, _)| item.tokens)
-        .collect();
-    used.sort();
-    used
+    taken
 }
 
-/// One prelude item as the key sees it.
+/// One prelude item as the analysis sees it.
 struct Item {
     /// The names it brings into scope; for an `impl`, its type's and trait's names and its
     /// methods' (a cell calls a method without naming its type).
@@ -155,6 +196,8 @@ struct Item {
     /// Every identifier in it.
     uses: HashSet<String>,
     tokens: String,
+    /// Its first line in the prelude (1-based).
+    line: usize,
 }
 
 impl Item {
@@ -162,6 +205,7 @@ impl Item {
     /// using one name of a group does not key on the others.
     fn of(item: &syn::Item) -> Vec<Item> {
         let stream = item.to_token_stream();
+        let line = (stream.clone().into_iter().next()).map_or(0, |t| t.span().start().line);
         let syn::Item::Use(u) = item else {
             let (names, always) = names(item);
             let tokens = normalized(stream.clone()).to_string();
@@ -171,6 +215,7 @@ impl Item {
                 always,
                 uses,
                 tokens,
+                line,
             }];
         };
         (use_paths(u).into_iter())
@@ -185,6 +230,7 @@ impl Item {
                     uses: path.split([' ', ':']).map(String::from).collect(),
                     names: HashSet::from([leaf]),
                     tokens: path,
+                    line,
                 }
             })
             .collect()
@@ -255,10 +301,14 @@ fn use_names(tree: &syn::UseTree, names: &mut HashSet<String>) -> bool {
             false
         }
         syn::UseTree::Glob(_) => true,
-        syn::UseTree::Group(g) => g
-            .items
-            .iter()
-            .fold(false, |glob, t| use_names(t, names) || glob),
+        syn::UseTree::Group(g) => {
+            // Every branch names its imports, a glob or not.
+            let mut glob = false;
+            for tree in &g.items {
+                glob |= use_names(tree, names);
+            }
+            glob
+        }
     }
 }
 
@@ -378,5 +428,28 @@ const STEPS: u32 = 50;
         let reordered = "use a::B;\nuse a::C;\npub use ::d::E;\nfn f() -> B { todo!() }";
         assert_eq!(used_prelude(prelude, "f()"), used_prelude(reordered, "f()"));
         assert_eq!(used_prelude(prelude, "E")[0], "pub use ::d::E");
+    }
+
+    #[test]
+    fn items_no_cell_uses_are_named_with_their_lines() {
+        let unused = unused_items(PRELUDE, &["load(\"x\", 1)", "let q = Quiet;"]);
+        let lines: Vec<usize> = unused.iter().map(|(line, _)| *line).collect();
+        // `BTreeMap` and `Recipe` (lines 2 and 3), `STEPS` (line 13).
+        assert_eq!(lines, [2, 3, 13], "{unused:?}");
+        assert_eq!(unused[0].1, "use std::collections::BTreeMap");
+        assert!(unused_items("fn broken(", &["1"]).is_empty());
+    }
+
+    #[test]
+    fn items_start_at_their_attributes() {
+        assert_eq!(
+            item_starts(PRELUDE),
+            [(2, 0), (3, 0), (5, 0), (10, 0), (11, 0), (13, 0)]
+        );
+        assert_eq!(
+            item_starts("const A: u8 = 1; const B: u8 = 2;"),
+            [(1, 0), (1, 17)]
+        );
+        assert!(item_starts("fn (").is_empty());
     }
 }
