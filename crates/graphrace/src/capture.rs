@@ -148,6 +148,11 @@ pub fn capture(program: &Program) -> Result<Graph, CaptureError> {
 }
 
 /// [`capture`] through a pool under other `rules` (to read GPU records made with them).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one interpreter loop, a match over every `Op` kind, all arms updating the same pool, \
+              placements, liveness, clocks and nodes: split, each arm would take all of them"
+)]
 pub fn capture_with(program: &Program, rules: Rules) -> Result<Graph, CaptureError> {
     let mut pool = Pool::with_rules(rules);
     let mut placements: Vec<Option<Placement>> = vec![None; program.tensors.len()];

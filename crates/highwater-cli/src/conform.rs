@@ -205,6 +205,11 @@ fn span(least: Option<u64>, most: Option<u64>) -> String {
 }
 
 /// Every network record predicted from the atlas less its own problems, and held to its band.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one loop over the network records, each replayed warm and cold into its outside \
+              lines and its table row of ten columns, then the table printed with its headers"
+)]
 fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     let card = std::sync::Arc::new(dryrun::CardProfile::read(&a.card)?);
     let atlas = dryrun::Atlas::read(&a.autotune)

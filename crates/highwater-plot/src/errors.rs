@@ -173,6 +173,11 @@ impl ErrorChart {
     }
 
     /// The last argument: the keys of the tolerance's lines and of its label.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one plotters chart, drawn in layers (ranges, mesh, zero and tolerance lines, \
+                  series, end labels) that all go through the same `chart` and its coordinates"
+    )]
     fn draw(
         &self,
         root: &Area<'_>,

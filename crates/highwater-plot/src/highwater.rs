@@ -205,6 +205,11 @@ impl HighWaterChart {
         groups
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one plotters chart, drawn in layers (scale, mesh, card line, series, death \
+                  crosses and their labels) that all go through one `chart` and share `taken`"
+    )]
     fn draw(
         &self,
         root: &Area<'_>,

@@ -186,8 +186,29 @@ impl Incident {
                 ));
             }
         }
-        let mut failures: Vec<LoggedFailure> = Vec::with_capacity(f.failures.len());
-        for g in &f.failures {
+        let failures = Self::validate_failures(&f.failures, &err)?;
+        Ok(Incident {
+            origin: origin.to_string(),
+            log: f.log.into_inner(),
+            arm: f.arm.into_inner(),
+            seed: f.seed,
+            attempts: *f.attempts.get_ref(),
+            died_at: f.died_at.into_inner(),
+            completed,
+            truncated,
+            death: f.death.map(Spanned::into_inner),
+            failures,
+        })
+    }
+
+    /// The `[[failures]]` groups, each checked and none repeating an earlier one's phase and
+    /// size; `err` blames a field at a span.
+    fn validate_failures(
+        groups: &[FailureFile],
+        err: &dyn Fn(&'static str, std::ops::Range<usize>, String) -> IncidentError,
+    ) -> Result<Vec<LoggedFailure>, IncidentError> {
+        let mut failures: Vec<LoggedFailure> = Vec::with_capacity(groups.len());
+        for g in groups {
             let phase = *g.phase.get_ref();
             if *g.count.get_ref() == 0 {
                 return Err(err(
@@ -239,18 +260,7 @@ impl Incident {
                 after_step: g.after_step.as_ref().map(|s| *s.get_ref()),
             });
         }
-        Ok(Incident {
-            origin: origin.to_string(),
-            log: f.log.into_inner(),
-            arm: f.arm.into_inner(),
-            seed: f.seed,
-            attempts: *f.attempts.get_ref(),
-            died_at: f.died_at.into_inner(),
-            completed,
-            truncated,
-            death: f.death.map(Spanned::into_inner),
-            failures,
-        })
+        Ok(failures)
     }
 
     /// The failure groups of `phase`, in the file's order.

@@ -110,8 +110,23 @@ pub fn snapshot(trace: &MemTrace) -> Value {
             ])),
         }
     }
-    let segments = held
-        .iter()
+    let segments = segments(&held, &live, &bases, &frames_of);
+    Value::dict([
+        ("segments", Value::List(segments)),
+        ("device_traces", Value::List(vec![Value::List(events)])),
+    ])
+}
+
+/// The final `segments`: each page held when the trace ends, its live slices as active
+/// blocks and the gaps between them as inactive ones.
+fn segments(
+    held: &BTreeMap<u32, u64>,
+    live: &BTreeMap<u64, &MemEvent>,
+    bases: &BTreeMap<u32, u64>,
+    frames_of: &dyn Fn(&MemEvent) -> Value,
+) -> Vec<Value> {
+    let int = |v: u64| Value::Int(v as i64);
+    held.iter()
         .map(|(&page, &bytes)| {
             let base = bases[&page];
             let mut blocks = vec![];
@@ -160,11 +175,7 @@ pub fn snapshot(trace: &MemTrace) -> Value {
                 ("blocks", Value::List(blocks)),
             ])
         })
-        .collect();
-    Value::dict([
-        ("segments", Value::List(segments)),
-        ("device_traces", Value::List(vec![Value::List(events)])),
-    ])
+        .collect()
 }
 
 /// A slice's bytes as the pool lays it out: rounded up to the alignment.

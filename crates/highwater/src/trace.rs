@@ -223,7 +223,26 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
     }
 
     b.phase(Phase::Optimizer);
-    for (i, &p) in params.iter().enumerate() {
+    optimizer_step(&mut b, &named, &param_grads, states_per_param, step);
+    b.free(loss);
+    StepTrace {
+        events: b.events,
+        persistent: states as Buf,
+        buffers: b.next,
+        labels: b.labels,
+    }
+}
+
+/// The optimizer's step over every parameter with a gradient (`param_grads`, by parameter):
+/// SGD frees the gradient; Adam creates its moments in step 1, and its temporaries come and go.
+fn optimizer_step(
+    b: &mut Builder,
+    named: &[(u64, Label)],
+    param_grads: &[Option<Buf>],
+    states_per_param: usize,
+    step: u64,
+) {
+    for (i, &(p, _)) in named.iter().enumerate() {
         let temp = |what: &str| {
             Label::new(
                 format!("{}.{what}", named[i].1.tensor),
@@ -269,13 +288,6 @@ pub fn step_trace(recipe: &Recipe, ledger: &Ledger, step: u64) -> StepTrace {
         let d = b.alloc(p, temp("m2_sqrt"));
         b.free(d);
         b.free(c);
-    }
-    b.free(loss);
-    StepTrace {
-        events: b.events,
-        persistent: states as Buf,
-        buffers: b.next,
-        labels: b.labels,
     }
 }
 

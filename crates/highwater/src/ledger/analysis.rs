@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// Whether `k` holds its tensor's buffer until backward.
+fn holds(k: &Kept) -> bool {
+    matches!(k, Kept::Saved(_) | Kept::Backup(_) | Kept::Output)
+}
+
 pub(super) struct Analysis<'a> {
     g: &'a Graph,
     ckpt: Checkpointing,
@@ -45,11 +50,9 @@ impl<'a> Analysis<'a> {
         }
     }
 
-    pub(super) fn run(self) -> Ledger {
+    /// Which tensors something holds until backward, and why.
+    fn kept(&self) -> Vec<Kept> {
         let g = self.g;
-        let n = g.nodes.len();
-        let dtype = g.dtype;
-        // Which tensors something holds until backward, and why.
         let mut kept: Vec<Kept> = g
             .nodes
             .iter()
@@ -90,9 +93,14 @@ impl<'a> Analysis<'a> {
                 kept[o.0] = Kept::Output;
             }
         }
-        let holds = |k: &Kept| matches!(k, Kept::Saved(_) | Kept::Backup(_) | Kept::Output);
+        kept
+    }
 
-        // Storage: views, in-place, fusion, new.
+    /// Where each node's output lives (a view, in place, fused, new), and the buffer it is on.
+    fn storage(&self, kept: &[Kept]) -> (Vec<Storage>, Vec<TensorId>) {
+        let g = self.g;
+        let n = g.nodes.len();
+        let dtype = g.dtype;
         let mut storage = vec![Storage::New; n];
         let mut buffer_of: Vec<TensorId> = (0..n).map(TensorId).collect();
         let last_use = |t: usize| self.consumers[t].iter().copied().max();
@@ -163,6 +171,17 @@ impl<'a> Analysis<'a> {
                 _ => TensorId(i),
             };
         }
+        (storage, buffer_of)
+    }
+
+    /// The ledger: what each op keeps, where its output lives, and the backward replay.
+    pub(super) fn run(self) -> Ledger {
+        let g = self.g;
+        let n = g.nodes.len();
+        let dtype = g.dtype;
+        let kept = self.kept();
+        let (storage, buffer_of) = self.storage(&kept);
+        let last_use = |t: usize| self.consumers[t].iter().copied().max();
 
         // Forward liveness per buffer: until the last use of any tensor on it, unless held.
         let mut buffer_end: Vec<Option<usize>> = vec![None; n];

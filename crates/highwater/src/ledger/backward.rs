@@ -384,13 +384,56 @@ impl Exec<'_> {
     }
 }
 
-/// Replays one call's backward, from the output's gradient arriving to the input's leaving.
-pub(super) fn replay(f: &Forward<'_>) -> Replay {
+impl Exec<'_> {
+    /// The tape's order: depth, then discovery order of the stack-based search from the output.
+    fn tape_order(&self) -> Vec<usize> {
+        let g = self.f.g;
+        let n = g.nodes.len();
+        let mut depth = vec![0usize; n];
+        for i in 0..n {
+            depth[i] = g.nodes[i]
+                .inputs
+                .iter()
+                .filter(|t| g.nodes[t.0].tracked)
+                .map(|t| depth[t.0] + 1)
+                .max()
+                .unwrap_or(0);
+        }
+        let has_step =
+            |i: usize| g.nodes[i].tracked && !matches!(g.nodes[i].op, Op::Param | Op::Input);
+        let mut discovered = vec![];
+        let mut visited = HashSet::new();
+        for o in &g.outputs {
+            let mut stack = vec![o.0];
+            while let Some(id) = stack.pop() {
+                if !has_step(id) || !visited.insert(id) {
+                    continue;
+                }
+                for p in self.tree_parents(id) {
+                    if !visited.contains(&p) {
+                        stack.push(p);
+                    }
+                }
+                discovered.push(id);
+            }
+        }
+        let mut order = discovered.clone();
+        order.sort_by_key(|&i| {
+            (
+                std::cmp::Reverse(depth[i]),
+                discovered.iter().position(|&d| d == i),
+            )
+        });
+        order
+    }
+}
+
+/// Burn's `CheckpointerBuilder` replayed: from the explicit actions, the backups and the stop
+/// nodes, how many times backward will ask for each node's state (`n_required`).
+fn required(f: &Forward<'_>) -> HashMap<usize, usize> {
     let g = f.g;
     let n = g.nodes.len();
     let computed = |i: usize| f.effective[i] != Bound::Memory;
-
-    // CheckpointerBuilder: explicit actions, backups, stop nodes, n_required.
     let explicit: Vec<usize> = g
         .nodes
         .iter()
@@ -429,6 +472,15 @@ pub(super) fn replay(f: &Forward<'_>) -> Replay {
             update(s, g, &stop, &mut required);
         }
     }
+    required
+}
+
+/// Replays one call's backward, from the output's gradient arriving to the input's leaving.
+pub(super) fn replay(f: &Forward<'_>) -> Replay {
+    let g = f.g;
+    let n = g.nodes.len();
+    let computed = |i: usize| f.effective[i] != Bound::Memory;
+    let required = required(f);
 
     let mut exec = Exec {
         f,
@@ -503,42 +555,7 @@ pub(super) fn replay(f: &Forward<'_>) -> Replay {
         exec.grads.insert(o.0, v);
     }
 
-    // The tape: depth, then discovery order of the stack-based search from the output.
-    let mut depth = vec![0usize; n];
-    for i in 0..n {
-        depth[i] = g.nodes[i]
-            .inputs
-            .iter()
-            .filter(|t| g.nodes[t.0].tracked)
-            .map(|t| depth[t.0] + 1)
-            .max()
-            .unwrap_or(0);
-    }
-    let has_step = |i: usize| g.nodes[i].tracked && !matches!(g.nodes[i].op, Op::Param | Op::Input);
-    let mut discovered = vec![];
-    let mut visited = HashSet::new();
-    for o in &g.outputs {
-        let mut stack = vec![o.0];
-        while let Some(id) = stack.pop() {
-            if !has_step(id) || !visited.insert(id) {
-                continue;
-            }
-            for p in exec.tree_parents(id) {
-                if !visited.contains(&p) {
-                    stack.push(p);
-                }
-            }
-            discovered.push(id);
-        }
-    }
-    let mut order = discovered.clone();
-    order.sort_by_key(|&i| {
-        (
-            std::cmp::Reverse(depth[i]),
-            discovered.iter().position(|&d| d == i),
-        )
-    });
-    for i in order {
+    for i in exec.tape_order() {
         exec.step(i);
     }
 

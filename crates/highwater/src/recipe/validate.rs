@@ -103,6 +103,11 @@ impl Recipe {
         Ok(workload)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the recipe's checks in file order, each blaming its own field and span through \
+                  the shared `err`, `nonzero` and `product` closures; `[workload]` is apart already"
+    )]
     pub(super) fn validate(origin: &str, text: &str, f: RecipeFile) -> Result<Recipe, RecipeError> {
         let err = |field: &'static str, span: std::ops::Range<usize>, reason: String| {
             RecipeError::Invalid {
