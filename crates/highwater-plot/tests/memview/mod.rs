@@ -15,51 +15,6 @@ const MIB: u64 = 1 << 20;
 /// `held.mid` (reserved in step 1, freed in step 2), a refusal in step 2; 2 000 steps of
 /// overview.
 fn view() -> MemoryView {
-    let band = |start, end, page, offset, bytes: u64, family, tensor: &str, step| Band {
-        start,
-        end,
-        page,
-        offset,
-        bytes,
-        family,
-        tensor: tensor.into(),
-        op: "mul".into(),
-        step,
-        late: false,
-    };
-    let mut bands = vec![
-        band(0, None, 0, 0, 8 * MIB, 0, "weights", 0),
-        band(2, Some(150), 1, 0, 32 * MIB, 3, "held.mid", 1),
-    ];
-    for k in 0..40u64 {
-        let t = 3 + 3 * k;
-        bands.push(band(
-            t,
-            Some(t + 2),
-            1,
-            32 * MIB,
-            8 * MIB,
-            2,
-            // One name carries markup that would end or escape the data's <script> if it
-            // were not escaped.
-            &if k == 7 {
-                "temp7<!--<script></script>".to_string()
-            } else {
-                format!("temp{k}")
-            },
-            1 + k / 20,
-        ));
-        bands.push(band(
-            t,
-            Some(t + 1),
-            2,
-            0,
-            4 * MIB,
-            7,
-            &format!("grad{k}"),
-            1 + k / 20,
-        ));
-    }
     MemoryView {
         title: "two steps <of> a test".into(),
         families: [
@@ -74,7 +29,7 @@ fn view() -> MemoryView {
         ]
         .map(String::from)
         .to_vec(),
-        bands,
+        bands: bands(),
         pages: vec![
             Page {
                 number: 0,
@@ -122,6 +77,57 @@ fn view() -> MemoryView {
         died_at: Some(100),
         initial: Some(2),
     }
+}
+
+/// The view's bands: `weights` for good, `held.mid` across both steps, and 40 pairs of
+/// short-lived slices (`tempK` on page 1, `gradK` on page 2), 20 a step.
+fn bands() -> Vec<Band> {
+    let band = |start, end, page, offset, bytes: u64, family, tensor: &str, step| Band {
+        start,
+        end,
+        page,
+        offset,
+        bytes,
+        family,
+        tensor: tensor.into(),
+        op: "mul".into(),
+        step,
+        late: false,
+    };
+    let mut bands = vec![
+        band(0, None, 0, 0, 8 * MIB, 0, "weights", 0),
+        band(2, Some(150), 1, 0, 32 * MIB, 3, "held.mid", 1),
+    ];
+    for k in 0..40u64 {
+        let t = 3 + 3 * k;
+        bands.push(band(
+            t,
+            Some(t + 2),
+            1,
+            32 * MIB,
+            8 * MIB,
+            2,
+            // One name carries markup that would end or escape the data's <script> if it
+            // were not escaped.
+            &if k == 7 {
+                "temp7<!--<script></script>".to_string()
+            } else {
+                format!("temp{k}")
+            },
+            1 + k / 20,
+        ));
+        bands.push(band(
+            t,
+            Some(t + 1),
+            2,
+            0,
+            4 * MIB,
+            7,
+            &format!("grad{k}"),
+            1 + k / 20,
+        ));
+    }
+    bands
 }
 
 /// Without the script: one rect per band in data order, the initial step's page view shown
