@@ -139,7 +139,7 @@ pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRu
         });
     }
     let gpu = gpu_name
-        .or_else(freeze::gpu_name)
+        .or_else(|| provenance::gpu_field("name"))
         .ok_or(BundleError::NoGpu)?;
     let jobs: Vec<execute::Job> = bundle
         .cells

@@ -113,7 +113,7 @@ pub fn record(
     let frozen = Freeze {
         source: source.to_string(),
         gpu: gpu.to_string(),
-        date: cell_output::utc_now(),
+        date: provenance::utc_now(),
         command: command.to_string(),
         output: output.clone(),
     };
@@ -164,20 +164,6 @@ pub fn write(path: &Path, freeze: &Freeze) -> std::io::Result<()> {
 /// Whether GPU runs were asked for: the config or `MDBOOK_CELLS_GPU`.
 pub fn requested(config_gpu: bool) -> bool {
     config_gpu || std::env::var("MDBOOK_CELLS_GPU").is_ok_and(|v| v == "1" || v == "true")
-}
-
-/// The first CUDA GPU's name, if this machine has one.
-pub fn gpu_name() -> Option<String> {
-    let out = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=name", "--format=csv,noheader"])
-        .output()
-        .ok()?;
-    let name = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()?
-        .trim()
-        .to_string();
-    (out.status.success() && !name.is_empty()).then_some(name)
 }
 
 #[cfg(test)]

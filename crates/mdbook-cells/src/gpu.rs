@@ -35,7 +35,12 @@ impl GpuCells {
             return GpuCells::Bundle(dir);
         }
         freeze::requested(config.gpu)
-            .then(|| config.gpu_name.clone().or_else(freeze::gpu_name))
+            .then(|| {
+                config
+                    .gpu_name
+                    .clone()
+                    .or_else(|| provenance::gpu_field("name"))
+            })
             .flatten()
             .map_or(GpuCells::Frozen, GpuCells::Run)
     }

@@ -1,11 +1,12 @@
 //! The expert FFN and the wave's expert stack, sized by the recipe the simulator reads.
 
+use basics::SplitMix64;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use highwater::recipe::{Activation, Recipe};
 
 use crate::fused::{SituBackend, situ_glu_fused};
-use crate::reference::SplitMix64;
+use crate::reference::nonzero_uniforms;
 use crate::tensor_path::{silu_control, situ_glu_tensor};
 
 /// The activation `recipe.activation` names, on the `gate_up` output `mid`.
@@ -61,7 +62,10 @@ impl<B: SituBackend> ExpertStack<B> {
         let mut rng = SplitMix64::new(seed);
         let mut param = |rows: usize, cols: usize| {
             let bound = 1.0 / (rows as f64).sqrt();
-            let data = TensorData::new(rng.vec(rows * cols, -bound, bound), [rows, cols]);
+            let data = TensorData::new(
+                nonzero_uniforms(&mut rng, rows * cols, -bound, bound),
+                [rows, cols],
+            );
             Tensor::<B, 2>::from_data(data, device).require_grad()
         };
         let experts = (0..recipe.n_experts)

@@ -13,6 +13,7 @@
 //! element a kernel never wrote shows as NaN ([`Check::unwritten`]) instead of hiding behind
 //! an old value.
 
+use basics::SplitMix64;
 use burn::backend::NdArray;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::{
@@ -25,7 +26,7 @@ use highwater::recipe::{Activation, Recipe};
 
 use crate::counters::{PathCounts, SituCounts};
 use crate::fused::{SituBackend, to_f64};
-use crate::reference::{self, SplitMix64, rel_err};
+use crate::reference::{self, nonzero_uniforms, rel_err};
 use crate::{ExpertStack, SOFT_CAP, TENSOR_PATH_OPS, situ_glu_fused, situ_glu_tensor};
 
 /// The fused forward against the tensor path and the host formula.
@@ -215,8 +216,8 @@ pub fn run<B: GateBackend>(device: &B::Device, plan: &Plan, seed: u64) -> Outcom
     for (k, &[n, f]) in plan.shapes.iter().enumerate() {
         // One stream per shape, drawn as the recorded gate drew it: `SITU_SEED` replays its inputs.
         let mut rng = SplitMix64::new(seed ^ (k as u64 + 1).wrapping_mul(0x9E37_79B9));
-        let mid = rng.vec(n * 2 * f, -3.0 * c, 3.0 * c);
-        let w = rng.vec(n * f, -1.0, 1.0);
+        let mid = nonzero_uniforms(&mut rng, n * 2 * f, -3.0 * c, 3.0 * c);
+        let w = nonzero_uniforms(&mut rng, n * f, -1.0, 1.0);
         // The reference sees the inputs as the device holds them (rounded to f32 on a GPU).
         let mid_dev = to_f64(tensor::<B>(&mid, [n, 2 * f], device));
         let w_dev = to_f64(tensor::<B>(&w, [n, f], device));
@@ -587,8 +588,8 @@ fn expert_stack<B: GateBackend>(checks: &mut Checks, device: &B::Device, plan: &
     );
     let tensor_stack = fused.with_activation(Activation::SituTensor);
     let mut rng = SplitMix64::new(seed.rotate_left(17));
-    let x_host = rng.vec(n * d, -1.0, 1.0);
-    let r_host = rng.vec(n * d, -1.0, 1.0);
+    let x_host = nonzero_uniforms(&mut rng, n * d, -1.0, 1.0);
+    let r_host = nonzero_uniforms(&mut rng, n * d, -1.0, 1.0);
     let shape = [n, recipe.d_ffn as usize];
     let run = |stack: &ExpertStack<Ad<B>>| {
         poison::<B>(&[[n, shape[1]], [n, 2 * shape[1]], [n, d]], device);

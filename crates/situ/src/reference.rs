@@ -12,6 +12,8 @@
 //!
 //! `mid` is row-major `[n, 2f]`: row `r` holds the gate in columns `0..f` and up in `f..2f`.
 
+use basics::SplitMix64;
+
 /// `h` at one position.
 pub(crate) fn forward_elem(g: f64, u: f64, cap: f64) -> f64 {
     let gc = cap * (g / cap).tanh();
@@ -73,48 +75,33 @@ pub fn rel_err(a: &[f64], b: &[f64]) -> f64 {
     (num / den).sqrt()
 }
 
-/// [`basics::SplitMix64`] with the draws the models' weights and the gate's inputs take.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(basics::SplitMix64);
-
-impl SplitMix64 {
-    /// A generator for `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(basics::SplitMix64::new(seed))
+/// A seed that differs from run to run (clock and address entropy), or `SITU_SEED`'s.
+pub fn fresh_seed() -> u64 {
+    // A failure prints its seed; `SITU_SEED=…` replays it.
+    if let Some(seed) = std::env::var("SITU_SEED").ok().and_then(|s| s.parse().ok()) {
+        return seed;
     }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let local = 0u8;
+    nanos ^ ((&local as *const u8 as u64).rotate_left(32)) ^ u64::from(std::process::id())
+}
 
-    /// A seed that differs from run to run (clock and address entropy).
-    pub fn fresh_seed() -> u64 {
-        // A failure prints its seed; `SITU_SEED=…` replays it.
-        if let Some(seed) = std::env::var("SITU_SEED").ok().and_then(|s| s.parse().ok()) {
-            return seed;
-        }
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let local = 0u8;
-        nanos ^ ((&local as *const u8 as u64).rotate_left(32)) ^ u64::from(std::process::id())
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-
-    /// Uniform in `[lo, hi)`, never exactly zero (zeros hide missing terms in a gradient).
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        loop {
-            let x = lo + (hi - lo) * self.0.unit();
-            if x.abs() > 1e-3 * (hi - lo).abs() {
-                return x;
-            }
+/// Uniform in `[lo, hi)`, never near zero (zeros hide missing terms in a gradient).
+fn nonzero_uniform(rng: &mut SplitMix64, lo: f64, hi: f64) -> f64 {
+    loop {
+        let x = lo + (hi - lo) * rng.unit();
+        if x.abs() > 1e-3 * (hi - lo).abs() {
+            return x;
         }
     }
+}
 
-    /// `len` values uniform in `[lo, hi)`, none near zero.
-    pub fn vec(&mut self, len: usize, lo: f64, hi: f64) -> Vec<f64> {
-        (0..len).map(|_| self.uniform(lo, hi)).collect()
-    }
+/// `len` values uniform in `[lo, hi)`, none near zero: the draws the models' weights and the
+/// gate's inputs take.
+pub fn nonzero_uniforms(rng: &mut SplitMix64, len: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..len).map(|_| nonzero_uniform(rng, lo, hi)).collect()
 }
 
 #[cfg(test)]
@@ -123,13 +110,13 @@ mod tests {
 
     #[test]
     fn backward_elem_is_the_derivative_of_forward_elem() {
-        let mut rng = SplitMix64::new(SplitMix64::fresh_seed());
+        let mut rng = SplitMix64::new(fresh_seed());
         let cap = 8.0;
         for _ in 0..1000 {
             let (g, u, dh) = (
-                rng.uniform(-24.0, 24.0),
-                rng.uniform(-24.0, 24.0),
-                rng.uniform(-2.0, 2.0),
+                nonzero_uniform(&mut rng, -24.0, 24.0),
+                nonzero_uniform(&mut rng, -24.0, 24.0),
+                nonzero_uniform(&mut rng, -2.0, 2.0),
             );
             let (dg, du) = backward_elem(g, u, dh, cap);
             let eps = 1e-5;
@@ -162,7 +149,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            rng.vec(3, -1.0, 1.0),
+            nonzero_uniforms(&mut rng, 3, -1.0, 1.0),
             [
                 -0.31161856695272494,
                 -0.9239396629195076,

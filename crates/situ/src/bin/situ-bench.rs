@@ -14,6 +14,7 @@
 
 use std::time::Instant;
 
+use basics::SplitMix64;
 use burn::backend::autodiff::checkpoint::strategy::{
     BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
 };
@@ -24,7 +25,7 @@ use situ::cube;
 use situ::gate::strategy_name;
 use situ::gpu::{Cube, CubeAd, CudaDevice, CudaRuntime, sync, tensor};
 use situ::provenance::{self, Provenance};
-use situ::reference::SplitMix64;
+use situ::reference::{fresh_seed, nonzero_uniforms};
 use situ::{SOFT_CAP, SituCounts, situ_glu_fused, situ_glu_tensor};
 
 const N: usize = 4096;
@@ -146,10 +147,10 @@ fn main() {
     let out = situ::gpu::out_arg("bench.json");
     let provenance = provenance::collect("cargo build --release --locked -p situ --features cuda");
     let device = CudaDevice::default();
-    let mut rng = SplitMix64::new(SplitMix64::fresh_seed());
+    let mut rng = SplitMix64::new(fresh_seed());
     let c = f64::from(SOFT_CAP);
-    let mid_host = rng.vec(N * 2 * F, -3.0 * c, 3.0 * c);
-    let dh_host = rng.vec(N * F, -1.0, 1.0);
+    let mid_host = nonzero_uniforms(&mut rng, N * 2 * F, -3.0 * c, 3.0 * c);
+    let dh_host = nonzero_uniforms(&mut rng, N * F, -1.0, 1.0);
 
     // The yardstick: a vectorized copy, bytes read + written.
     let src = Tensor::<Cube, 1>::ones([COPY_ELEMS], &device)

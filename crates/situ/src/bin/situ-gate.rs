@@ -10,7 +10,7 @@ use situ::SOFT_CAP;
 use situ::gate::{self, FiniteDifference, Plan, TestResult};
 use situ::gpu::{Cube, CudaDevice};
 use situ::provenance::{self, Provenance};
-use situ::reference::SplitMix64;
+use situ::reference::fresh_seed;
 
 /// `[N, f]`: the wave's own shape (f = 2048, vector 4), then shapes whose `f` is 2 mod 4
 /// (vector 2) and odd (vector 1), a pitched-looking tall one and a tiny one.
@@ -61,7 +61,7 @@ struct Thresholds {
 fn main() {
     let out = situ::gpu::out_arg("gate.json");
     let provenance = provenance::collect("cargo build --release --locked -p situ --features cuda");
-    let seed = SplitMix64::fresh_seed();
+    let seed = fresh_seed();
     println!(
         "situ gate: seed {seed}, cap {SOFT_CAP}, {} on driver {}",
         provenance.gpu, provenance.driver

@@ -10,7 +10,7 @@ use graphrace::program::{Home, TensorId};
 use graphrace::{Config, Mode, capture, decode_step};
 
 use crate::Args;
-use crate::gpu::{Gpu, dptr, smi};
+use crate::gpu::{Gpu, dptr, driver_version};
 
 /// Captures every captured configuration of `repro/graphrace/` and writes the graphs the
 /// driver built, read back node by node and edge by edge.
@@ -51,8 +51,8 @@ pub(crate) fn dump_graphs(
     let dump = GraphDump {
         command,
         gpu: name,
-        driver: smi("driver_version"),
-        date: cell_output::utc_now(),
+        driver: driver_version(),
+        date: provenance::utc_now(),
         git_revision: option_env!("GRAPHRACE_GIT_REV").unwrap_or("unknown").into(),
         graphs,
     };

@@ -393,14 +393,8 @@ pub(crate) fn run_arm(
     })
 }
 
-/// One field of `nvidia-smi --query-gpu` (present wherever the driver is).
-pub(crate) fn smi(field: &str) -> String {
-    std::process::Command::new("nvidia-smi")
-        .args([&format!("--query-gpu={field}"), "--format=csv,noheader"])
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.lines().next().map(|l| l.trim().to_string()))
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
+/// The driver version, as `nvidia-smi` reports it (present wherever the driver is), else
+/// `unknown`.
+pub(crate) fn driver_version() -> String {
+    provenance::gpu_field("driver_version").unwrap_or_else(|| "unknown".into())
 }

@@ -5,7 +5,7 @@ use graphrace::{Config, Mode};
 use serde::Serialize;
 
 use crate::Args;
-use crate::gpu::{ArmResult, Gpu, run_arm, smi};
+use crate::gpu::{ArmResult, Gpu, driver_version, run_arm};
 
 /// The recorded file: provenance first, `command` the very first field.
 #[derive(Serialize)]
@@ -83,8 +83,8 @@ pub(crate) fn run_arms(gpu: &Gpu, args: &Args, command: String, name: String) ->
     let record = Record {
         command,
         gpu: name,
-        driver: smi("driver_version"),
-        date: cell_output::utc_now(),
+        driver: driver_version(),
+        date: provenance::utc_now(),
         git_revision: option_env!("GRAPHRACE_GIT_REV").unwrap_or("unknown").into(),
         sm_clock_khz: (gpu.cycles_per_us * 1000.0) as i32,
         settings: Settings {

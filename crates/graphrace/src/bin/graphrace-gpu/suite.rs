@@ -11,7 +11,7 @@ use graphrace::{Config, Mode, capture, decode_step};
 
 use crate::Args;
 use crate::dump::dump_graph;
-use crate::gpu::{Gpu, run_arm, smi};
+use crate::gpu::{Gpu, driver_version, run_arm};
 
 /// Every variant of the suite replayed under load, and the driver's graph of each captured one.
 pub(crate) fn run_suite(
@@ -66,7 +66,7 @@ pub(crate) fn run_suite(
             us_per_replay: r.us_per_replay,
         });
     }
-    let (driver, date) = (smi("driver_version"), cell_output::utc_now());
+    let (driver, date) = (driver_version(), provenance::utc_now());
     let git_revision: String = option_env!("GRAPHRACE_GIT_REV").unwrap_or("unknown").into();
     let record = SuiteRecord {
         command: command.clone(),
