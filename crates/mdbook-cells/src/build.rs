@@ -5,10 +5,9 @@
 use crate::bundle::BundledCell;
 use crate::cache::{Cache, Entry};
 use crate::compile::{self, CellCrate, CellSource, LineMap};
-use crate::config::Config;
+use crate::config::{Config, GpuMode};
 use crate::error::{BundleError, Error};
 use crate::execute::{self, Job};
-use crate::gpu::GpuCells;
 use crate::outcome::{FailureKind, Outcome, Stored};
 use crate::plan::{Plan, PlannedCell};
 use crate::quick::{self, RustcCall};
@@ -77,7 +76,7 @@ pub(crate) fn build(
     config: &Config,
     docs: &[Document],
     plan: &Plan,
-    gpu: &GpuCells,
+    gpu: &GpuMode,
 ) -> Result<Built, Error> {
     let cache_dir = root.join(&config.cache_dir);
     let cache_error = |source| Error::Cache {
@@ -118,7 +117,7 @@ pub(crate) fn build(
             plan,
             cached_compile_failure,
             &wanted,
-            gpu.compiled(),
+            gpu,
         )?;
         let (jobs, to_bundle) = jobs(root, config, docs, plan, gpu, &build, &wanted, &mut got)?;
         gpu.write_bundle(
@@ -160,7 +159,7 @@ fn jobs(
     config: &Config,
     docs: &[Document],
     plan: &Plan,
-    gpu: &GpuCells,
+    gpu: &GpuMode,
     build: &Build,
     wanted: &[&PlannedCell],
     got: &mut HashMap<String, Got>,
@@ -226,7 +225,7 @@ fn keep_in_cache(
 /// Compiles every runnable cell of the book as one crate (so its module set is stable between
 /// builds), except those whose cached outcome is a compile failure (they would fail again).
 /// `wanted` are the cells this build needs an outcome for: their compile errors are read.
-/// `with_gpu`: the GPU cells' dependencies are in the crate.
+/// With `gpu` compiling GPU cells, their dependencies are in the crate.
 pub(crate) fn compile(
     root: &Path,
     config: &Config,
@@ -234,14 +233,14 @@ pub(crate) fn compile(
     plan: &Plan,
     cached_compile_failure: impl Fn(&PlannedCell) -> bool,
     wanted: &[&PlannedCell],
-    with_gpu: bool,
+    gpu: &GpuMode,
 ) -> Result<Build, Error> {
     let started = Instant::now();
     let cache_dir = root.join(&config.cache_dir);
     let recording = cache_dir.join("quick.json");
     // A few cells of a build that neither lints the crate nor bundles GPU cells: compiled
     // alone, if the last full build left its rustc call for these dependencies.
-    let quick = (config.lint != Some(true) && !with_gpu && wanted.len() <= quick::MOST_CELLS)
+    let quick = (config.lint != Some(true) && !gpu.compiled() && wanted.len() <= quick::MOST_CELLS)
         .then(|| RustcCall::load(&recording, &plan.environment))
         .flatten()
         .and_then(|call| {
@@ -265,7 +264,7 @@ pub(crate) fn compile(
                 docs,
                 plan,
                 |f| !cached_compile_failure(f),
-                with_gpu,
+                gpu,
             )?;
             let compiled = krate.compile(None);
             if compiled.binary.is_some()
@@ -318,7 +317,7 @@ pub(crate) fn write_crate(
     docs: &[Document],
     plan: &Plan,
     include: impl Fn(&PlannedCell) -> bool,
-    with_gpu: bool,
+    gpu: &GpuMode,
 ) -> Result<CellCrate, Error> {
     let cache_dir = root.join(&config.cache_dir);
     let sources = cell_sources(docs, plan, include);
@@ -326,7 +325,7 @@ pub(crate) fn write_crate(
     CellCrate::write(
         &crate_dir,
         &cache_dir.join("target"),
-        &compile::cell_crate_dependencies(root, config, with_gpu),
+        &compile::cell_crate_dependencies(root, config, gpu.compiled()),
         &config.profile,
         &sources,
         Some(&root.join("Cargo.lock")),

@@ -1,10 +1,11 @@
 //! What a build does with the cells marked `gpu`: show their freezes, run them here and freeze
 //! their outputs, or compile them into a bundle for a GPU box (see [`crate::freeze`] and
-//! [`crate::bundle`]). Every branch that depends on it is here.
+//! [`crate::bundle`]). Every branch that depends on it is here, as methods of the one value
+//! that says which: [`GpuMode`], made from the config.
 
 use crate::bundle::{self, BundledCell};
 use crate::compile::LineMap;
-use crate::config::Config;
+use crate::config::{Config, GpuMode};
 use crate::error::{BundleError, Error};
 use crate::freeze;
 use crate::outcome::Stored;
@@ -12,54 +13,19 @@ use crate::plan::{FreezeAt, PlannedCell};
 use crate::render::Shown;
 use crate::types::{Problem, Source};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// What a build does with the GPU cells.
-pub(crate) enum GpuCells {
-    /// Shows their freezes (no GPU runs asked for, or no GPU here).
-    Frozen,
-    /// Runs them on this machine's GPU, named so, and freezes their outputs.
-    Run(String),
-    /// Compiles them into a bundle for a GPU box, in this folder.
-    Bundle(PathBuf),
-}
-
-impl GpuCells {
-    /// The environment wins over `book.toml`; a bundle over GPU runs.
-    pub(crate) fn of(config: &Config) -> GpuCells {
-        let bundle = std::env::var_os("MDBOOK_CELLS_GPU_BUNDLE")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| config.gpu_bundle.clone());
-        if let Some(dir) = bundle {
-            return GpuCells::Bundle(dir);
-        }
-        freeze::requested(config.gpu)
-            .then(|| {
-                config
-                    .gpu_name
-                    .clone()
-                    .or_else(|| provenance::gpu_field("name"))
-            })
-            .flatten()
-            .map_or(GpuCells::Frozen, GpuCells::Run)
-    }
-
-    /// Whether GPU cells are compiled in this build (to run here or to be bundled).
-    pub(crate) fn compiled(&self) -> bool {
-        !matches!(self, GpuCells::Frozen)
-    }
-
+impl GpuMode {
     /// Whether `cell` goes into the bundle instead of being run or taken from the cache.
     pub(crate) fn bundles(&self, cell: &PlannedCell) -> bool {
-        matches!(self, GpuCells::Bundle(_)) && cell.freeze.is_some() && cell.key.is_some()
+        matches!(self, GpuMode::Bundle(_)) && cell.freeze.is_some() && cell.key.is_some()
     }
 
     /// Removes the previous bundle, so that a build whose GPU cells do not compile leaves none
     /// behind to be run by mistake.
     pub(crate) fn clear_bundle(&self, root: &Path) -> Result<(), BundleError> {
         match self {
-            GpuCells::Bundle(dir) => bundle::clear(&root.join(dir)),
+            GpuMode::Bundle(dir) => bundle::clear(&root.join(dir)),
             _ => Ok(()),
         }
     }
@@ -74,7 +40,7 @@ impl GpuCells {
         lines: &BTreeMap<String, LineMap>,
         cells: Vec<BundledCell>,
     ) -> Result<(), Error> {
-        let (GpuCells::Bundle(dir), Some(binary)) = (self, binary) else {
+        let (GpuMode::Bundle(dir), Some(binary)) = (self, binary) else {
             return Ok(());
         };
         if cells.is_empty() {
@@ -93,7 +59,7 @@ impl GpuCells {
     /// Freezes the output of a GPU cell that ran here and succeeded, unless an identical freeze
     /// exists; a freeze that cannot be written is a problem.
     pub(crate) fn freeze_output(&self, at: &FreezeAt, stored: &Stored) -> Option<Problem> {
-        let GpuCells::Run(gpu) = self else {
+        let GpuMode::Run(gpu) = self else {
             return None;
         };
         if stored.is_failure() {
@@ -115,7 +81,7 @@ impl GpuCells {
         chapter: &str,
         line: usize,
     ) -> (Shown, Source, Option<Problem>) {
-        let bundling = matches!(self, GpuCells::Bundle(_));
+        let bundling = matches!(self, GpuMode::Bundle(_));
         let problem = |reason: String| {
             (!bundling).then(|| Problem {
                 file: chapter.to_string(),

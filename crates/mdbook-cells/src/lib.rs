@@ -53,7 +53,7 @@ pub use error::Error;
 pub use types::{CellEntry, Compilation, Document, Problem, Report, Source, Status};
 
 use config::Config;
-use gpu::GpuCells;
+use config::GpuMode;
 use render::Shown;
 use std::path::Path;
 
@@ -61,9 +61,9 @@ use std::path::Path;
 /// outputs. Failures are rendered in place and listed in the report; the caller decides
 /// whether they fail the build.
 pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Report, Error> {
-    let gpu = GpuCells::of(config);
+    let gpu = GpuMode::of(config);
     gpu.clear_bundle(root)?;
-    let plan = plan::plan(root, config, docs, gpu.compiled());
+    let plan = plan::plan(root, config, docs, &gpu);
     let built = build::build(root, config, docs, &plan, &gpu)?;
     let resolved = resolve::resolve(docs, &plan, built, &gpu);
     let entries = plan
@@ -97,12 +97,7 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             .map(String::as_str)
             .collect();
         problems.extend(lint::clippy_problems(
-            root,
-            config,
-            docs,
-            &plan,
-            &broken,
-            gpu.compiled(),
+            root, config, docs, &plan, &broken, &gpu,
         ));
     }
     problems.extend(pages::render_pages(

@@ -10,7 +10,7 @@
 //! lines get the book's width. Lines inside a string literal are never touched.
 
 use crate::build;
-use crate::config::Config;
+use crate::config::{Config, GpuMode};
 use crate::error::Error;
 use crate::freeze;
 use crate::parse::{self, CellBlock, Segment};
@@ -113,10 +113,10 @@ pub(crate) fn clippy_problems(
     docs: &[Document],
     plan: &Plan,
     broken: &HashSet<&str>,
-    with_gpu: bool,
+    gpu: &GpuMode,
 ) -> Vec<Problem> {
     let include = |f: &crate::plan::PlannedCell| !broken.contains(f.module.as_str());
-    let found = build::write_crate(root, config, docs, plan, include, with_gpu)
+    let found = build::write_crate(root, config, docs, plan, include, gpu)
         .map_err(|e| e.to_string())
         .and_then(|krate| krate.lint());
     match found {

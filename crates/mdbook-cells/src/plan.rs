@@ -1,7 +1,7 @@
 //! Stage 1, plan: every chapter parsed, each chapter's prelude found, every figure and table
 //! numbered, and every runnable cell keyed by a hash of everything its output depends on.
 
-use crate::config::Config;
+use crate::config::{Config, GpuMode};
 use crate::freeze;
 use crate::key::{KeyHasher, Memo};
 use crate::params::{self, Overrides, Param};
@@ -74,8 +74,10 @@ impl Plan {
     }
 }
 
-/// Plans the build; `gpu_compiled`: GPU cells are compiled too (to run here or to be bundled).
-pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu_compiled: bool) -> Plan {
+/// Plans the build; with `gpu` compiling GPU cells (to run here or to be bundled), every cell
+/// is keyed with their dependencies.
+pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMode) -> Plan {
+    let gpu_compiled = gpu.compiled();
     let (chapters, misplaced): (Vec<Vec<Segment>>, Vec<Vec<OptionError>>) = docs
         .iter()
         .map(|d| {

@@ -2,7 +2,7 @@
 //! build, or a GPU cell's freeze — and the problems that come with it.
 
 use crate::build::{BuildStats, Built, Got};
-use crate::gpu::GpuCells;
+use crate::config::GpuMode;
 use crate::outcome::{FailureKind, Outcome, OutputKind, Stored};
 use crate::params::Param;
 use crate::parse::CellBlock;
@@ -33,7 +33,7 @@ pub(crate) struct Resolved {
 
 /// Resolves every planned cell from what the build got for it (or, for a GPU cell that did
 /// not run, its freeze), with its problems.
-pub(crate) fn resolve(docs: &[Document], plan: &Plan, built: Built, gpu: &GpuCells) -> Resolved {
+pub(crate) fn resolve(docs: &[Document], plan: &Plan, built: Built, gpu: &GpuMode) -> Resolved {
     let Built {
         mut got,
         prelude_errors,
@@ -81,7 +81,7 @@ fn resolve_cell(
     chapter: &str,
     got: Option<Got>,
     shared: Shared,
-    gpu: &GpuCells,
+    gpu: &GpuMode,
 ) -> Resolution {
     let mut problems = Vec::new();
     let (shown, source) = if !f.errors.is_empty() {
