@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use highwater::Recipe;
-use highwater_book::timeline::{first_call, first_refusal, memory_view};
+use highwater_book::memview::{first_call, first_refusal, memory_view};
 use highwater_plot::MemoryView;
 use snapshots::browser::{Probe, chromium, probe};
 
@@ -124,7 +124,7 @@ fn main() {
         (10_000, "10 000 steps, the same"),
     ] {
         let start = Instant::now();
-        let (run, trace) = highwater::trace(&r, 1, 1..=steps).expect("within the limits");
+        let (run, trace) = highwater::simulate_traced(&r, 1, 1..=steps).expect("within the limits");
         let view = memory_view(&trace, &run, name, |_| true);
         let built = start.elapsed().as_secs_f64() * 1e3;
         report(chromium, name, Some(trace.events.len()), built, &view);

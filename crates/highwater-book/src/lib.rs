@@ -49,11 +49,11 @@ pub mod bytes;
 pub mod experiments;
 pub mod json;
 pub mod load;
+pub mod memview;
 pub mod reports;
 pub mod series;
 pub mod tables;
 pub mod text;
-pub mod timeline;
 
 pub mod apply;
 pub mod method;

@@ -129,7 +129,7 @@ fn simulate(a: SimulateArgs) -> Result<()> {
         bar.set_message(format!("seed {seed}"));
         let report = if tracing {
             // The range is checked against the limits before anything runs.
-            let (report, trace) = highwater::trace(&recipe, seed, first..=last)?;
+            let (report, trace) = highwater::simulate_traced(&recipe, seed, first..=last)?;
             write_trace(&a, &trace)?;
             // The run goes on past the traced range, without recording; a run that died
             // within it is over, and reports the steps asked for.

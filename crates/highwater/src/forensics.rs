@@ -3,7 +3,7 @@
 //! [`parse_log`] reads a log's text (the caller opens the file and names it) into a
 //! [`LogForensics`]: how many attempts were appended to it, the step each attempt died at,
 //! the failed reserves grouped by size and by whether they came before the first step line
-//! ([`Phase::Init`]) or after it ([`Phase::Run`]), and whether the log is cut short.
+//! ([`AttemptPhase::Init`]) or after it ([`AttemptPhase::Run`]), and whether the log is cut short.
 //! [`parse_reader`] (a [`LogReader`] underneath, which `parse_log` also is) reads the same from
 //! any `BufRead` the caller opened, one line at a time, in memory bounded by what the log says
 //! rather than by its length. [`incident_table`] turns several of them into the rows the book
@@ -84,7 +84,7 @@ pub use table::{IncidentRow, IncidentTable, incident_table};
 /// write it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Phase {
+pub enum AttemptPhase {
     /// Before the attempt printed its first step line (model build, autotune sweeps).
     Init,
     /// After it.
@@ -110,8 +110,8 @@ pub struct FailureGroup {
     /// How many lines said so.
     pub count: u32,
     /// Before or after the attempt's first step line.
-    pub phase: Phase,
-    /// For [`Phase::Run`]: the last step line printed before the group's first failure.
+    pub phase: AttemptPhase,
+    /// For [`AttemptPhase::Run`]: the last step line printed before the group's first failure.
     pub after_step: Option<u32>,
     /// Whether the size is the tensor's or the pool's page.
     pub reported: Reported,
@@ -141,7 +141,7 @@ pub struct LogForensics {
 
 impl LogForensics {
     /// Failed reserves in `phase`, over all sizes.
-    pub fn failure_count(&self, phase: Phase) -> u32 {
+    pub fn failure_count(&self, phase: AttemptPhase) -> u32 {
         self.failures
             .iter()
             .filter(|g| g.phase == phase)

@@ -25,7 +25,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::forensics::Phase;
+use crate::forensics::AttemptPhase;
 use crate::limits::{self, MAX_INCIDENT_BYTES, MAX_TENSOR_BYTES};
 use crate::recipe::{InputError, from_toml};
 use basics::line_of;
@@ -41,8 +41,8 @@ pub struct LoggedFailure {
     /// How many reserves of it failed (at least 1).
     pub count: u32,
     /// Before step 0 printed, or after.
-    pub phase: Phase,
-    /// For [`Phase::Run`]: the last step line printed before the first of them, if known.
+    pub phase: AttemptPhase,
+    /// For [`AttemptPhase::Run`]: the last step line printed before the first of them, if known.
     pub after_step: Option<u32>,
 }
 
@@ -77,7 +77,7 @@ pub struct Incident {
 struct FailureFile {
     bytes: Option<Spanned<u64>>,
     count: Spanned<u32>,
-    phase: Spanned<Phase>,
+    phase: Spanned<AttemptPhase>,
     after_step: Option<Spanned<u32>>,
 }
 
@@ -229,7 +229,7 @@ impl Incident {
                     ));
                 }
             }
-            if let (Phase::Init, Some(s)) = (phase, &g.after_step) {
+            if let (AttemptPhase::Init, Some(s)) = (phase, &g.after_step) {
                 return Err(err(
                     "failures.after_step",
                     s.span(),
@@ -264,17 +264,17 @@ impl Incident {
     }
 
     /// The failure groups of `phase`, in the file's order.
-    pub fn failures_in(&self, phase: Phase) -> impl Iterator<Item = &LoggedFailure> {
+    pub fn failures_in(&self, phase: AttemptPhase) -> impl Iterator<Item = &LoggedFailure> {
         self.failures.iter().filter(move |f| f.phase == phase)
     }
 
     /// Failed reserves in `phase`, over all sizes.
-    pub fn failure_count(&self, phase: Phase) -> u64 {
+    pub fn failure_count(&self, phase: AttemptPhase) -> u64 {
         self.failures_in(phase).map(|f| u64::from(f.count)).sum()
     }
 
     /// The sizes that failed in `phase`, where the log gives them, in the file's order.
-    pub fn sizes(&self, phase: Phase) -> impl Iterator<Item = u64> {
+    pub fn sizes(&self, phase: AttemptPhase) -> impl Iterator<Item = u64> {
         self.failures_in(phase).filter_map(|f| f.bytes)
     }
 
@@ -325,10 +325,10 @@ mod tests {
     fn the_wave_logs_parse() {
         let s1 = Incident::parse("s1.toml", S1).unwrap();
         assert_eq!((s1.attempts, s1.died_at.as_slice()), (2, &[400, 300][..]));
-        assert_eq!(s1.failure_count(Phase::Init), 7);
-        assert_eq!(s1.failure_count(Phase::Run), 104 + 49);
+        assert_eq!(s1.failure_count(AttemptPhase::Init), 7);
+        assert_eq!(s1.failure_count(AttemptPhase::Run), 104 + 49);
         assert_eq!(
-            s1.sizes(Phase::Run).collect::<Vec<_>>(),
+            s1.sizes(AttemptPhase::Run).collect::<Vec<_>>(),
             [32 << 20, 64 << 20]
         );
         assert_eq!(
@@ -341,7 +341,7 @@ mod tests {
         let moe = Incident::parse("moe.toml", MOE).unwrap();
         assert!(moe.completed);
         assert_eq!(moe.failures[0].bytes, None);
-        assert_eq!(moe.failure_count(Phase::Init), 13);
+        assert_eq!(moe.failure_count(AttemptPhase::Init), 13);
     }
 
     #[test]

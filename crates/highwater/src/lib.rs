@@ -30,5 +30,6 @@ pub use ledger::{Graph, Ledger, LedgerRow, TensorId};
 pub use memtrace::MemTrace;
 pub use recipe::{Activation, Backend, Checkpointing, InputError, Optimizer, Recipe, RecipeError};
 pub use run::{
-    Failure, RunReport, Sink, StepRecord, TraceError, simulate, simulate_many, simulate_with, trace,
+    Failure, RunReport, Sink, StepRecord, TraceError, simulate, simulate_many, simulate_traced,
+    simulate_with,
 };

@@ -91,7 +91,7 @@ use crate::recipe::Recipe;
 use simulation::Simulation;
 
 pub use report::{Failure, NoSink, RunReport, Sink, StepRecord};
-pub use traced::{TraceError, trace};
+pub use traced::{TraceError, simulate_traced};
 
 /// Simulates `steps` steps of `recipe` with `seed`. Its work and memory grow with `steps` and
 /// with the recipe's counts, which [`Recipe::parse`] holds to [`crate::limits`]; a caller's own

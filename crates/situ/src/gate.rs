@@ -6,7 +6,7 @@
 //! own; both paths through autodiff under both checkpoint strategies, compared with each other
 //! and with the `f64` host formula ([`crate::reference`]), and the path counters of each run; a
 //! finite difference of each path's gradient. Then the expert stack of a recipe: every
-//! gradient, fused vs tensor. What differs between backends is the [`Plan`]: the shapes, the
+//! gradient, fused vs tensor. What differs between backends is the [`GatePlan`]: the shapes, the
 //! thresholds and how the finite difference is taken.
 //!
 //! Before each run the pool's free slices of the output sizes are filled with NaN too, so an
@@ -39,7 +39,7 @@ pub const FD: &str = "situ_grad_matches_finite_difference";
 /// The shapes, thresholds and finite difference a backend is held to. Every comparison is
 /// `‖Δ‖/‖reference‖` against its threshold.
 #[derive(Debug, Clone)]
-pub struct Plan<'a> {
+pub struct GatePlan<'a> {
     /// `[N, f]` of each case: `mid` is `[N, 2f]`.
     pub shapes: &'a [[usize; 2]],
     /// Fused vs tensor path, forward.
@@ -210,7 +210,7 @@ impl From<crate::cube::LaunchInfo> for Launch {
 
 /// Runs the gate on backend `B` (autodiff wraps it), inputs drawn from `seed`. Prints each
 /// check as it is made: on a GPU the walk takes minutes.
-pub fn run<B: GateBackend>(device: &B::Device, plan: &Plan, seed: u64) -> Outcome {
+pub fn run<B: GateBackend>(device: &B::Device, plan: &GatePlan, seed: u64) -> Outcome {
     let mut checks = Checks(vec![]);
     let c = f64::from(SOFT_CAP);
     for (k, &[n, f]) in plan.shapes.iter().enumerate() {
@@ -321,7 +321,7 @@ impl Checks {
 fn kernels_alone<B: GateBackend>(
     checks: &mut Checks,
     device: &B::Device,
-    plan: &Plan,
+    plan: &GatePlan,
     case: &Case,
 ) {
     let [n, f] = case.shape;
@@ -392,7 +392,7 @@ fn path<B: SituBackend>(mid: Tensor<B, 2>, fused: bool) -> Tensor<B, 2> {
 fn autodiff_pair<B: GateBackend, C: CheckpointStrategy>(
     checks: &mut Checks,
     device: &B::Device,
-    plan: &Plan,
+    plan: &GatePlan,
     case: &Case,
 ) {
     let ck = strategy_name::<C>();
@@ -489,7 +489,7 @@ fn one_call(fused: u64, tensor: u64) -> SituCounts {
 fn finite_difference<B: GateBackend>(
     checks: &mut Checks,
     device: &B::Device,
-    plan: &Plan,
+    plan: &GatePlan,
     case: &Case,
     w: &[f64],
     rng: &mut SplitMix64,
@@ -576,7 +576,12 @@ fn path_name(fused: bool) -> &'static str {
 
 /// The expert stack of `plan.recipe` (no checkpointing): every gradient, fused vs tensor on the
 /// same weights and inputs, and the counters of each run.
-fn expert_stack<B: GateBackend>(checks: &mut Checks, device: &B::Device, plan: &Plan, seed: u64) {
+fn expert_stack<B: GateBackend>(
+    checks: &mut Checks,
+    device: &B::Device,
+    plan: &GatePlan,
+    seed: u64,
+) {
     type Ad<B> = Autodiff<B, NoCheckpointing>;
     let recipe = plan.recipe;
     let (n, d) = (recipe.tokens() as usize, recipe.d_model as usize);

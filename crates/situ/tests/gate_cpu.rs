@@ -20,7 +20,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData};
 use highwater::ffn::expert_ledger;
 use highwater::recipe::{Activation, Checkpointing, Recipe};
-use situ::gate::{self, Componentwise, FiniteDifference, Outcome, Plan};
+use situ::gate::{self, Componentwise, FiniteDifference, GatePlan, Outcome};
 use situ::reference::{fresh_seed, nonzero_uniforms, rel_err};
 use situ::{ExpertStack, SOFT_CAP, SituCounts, TENSOR_PATH_OPS, situ_glu_fused, situ_glu_tensor};
 
@@ -46,7 +46,7 @@ fn gate() -> &'static Outcome {
     OUTCOME.get_or_init(|| {
         let _g = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
         let recipe = small(&wave());
-        let plan = Plan {
+        let plan = GatePlan {
             shapes: &SHAPES,
             forward: 1e-6,
             backward: 1e-6,

@@ -1,7 +1,7 @@
 //! *Forensics* (`src/part-1/forensics.md`): what its cells compute.
 
 use cell_output::{CellError, Table};
-use highwater::forensics::Phase;
+use highwater::forensics::AttemptPhase;
 
 use crate::text::steps;
 use crate::{Book, bytes};
@@ -33,7 +33,7 @@ pub fn situ_logs_table(book: &Book) -> Result<Table, CellError> {
             .failures
             .iter()
             .map(|f| match (f.phase, f.after_step) {
-                (Phase::Init, _) => format!("{}: before step 0", size(f.bytes)),
+                (AttemptPhase::Init, _) => format!("{}: before step 0", size(f.bytes)),
                 (_, Some(s)) => format!("{}: after step {s}", size(f.bytes)),
                 _ => format!("{}: during the run", size(f.bytes)),
             })

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use cell_output::{CellError, Markdown, Table};
-use highwater::forensics::Phase;
+use highwater::forensics::AttemptPhase;
 use highwater::{Incident, Recipe, RunReport, simulate};
 
 use crate::part1::wall::{merge_seeds, seed_list};
@@ -146,9 +146,11 @@ pub fn log_row(seed: u64, log: &Incident) -> [String; 5] {
         (died, true) if died.is_empty() => "unknown (log cut short)".into(),
         (died, _) => or_dash(died),
     };
-    let first = log.failures_in(Phase::Run).find_map(|f| f.after_step);
+    let first = log
+        .failures_in(AttemptPhase::Run)
+        .find_map(|f| f.after_step);
     let sizes: Vec<String> = log
-        .failures_in(Phase::Run)
+        .failures_in(AttemptPhase::Run)
         .map(|f| format!("{} × {}", f.bytes.map_or("?".into(), bytes::show), f.count))
         .collect();
     let first = first.map_or("—".into(), |s| format!("after step {s}"));

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use cell_output::{CellError, Table};
-use highwater::forensics::Phase;
+use highwater::forensics::AttemptPhase;
 use highwater::layout::Shape;
 use highwater::trace::{Event, StepTrace};
 
@@ -55,7 +55,7 @@ pub fn situ_logs(book: &Book) -> Result<LeakCheck, CellError> {
     let (mut replays_differ, mut foreign) = (false, Vec::new());
     for i in book.incidents()?.iter().filter(|i| i.arm == "situ") {
         replays_differ |= i.died_at.windows(2).any(|w| w[0] != w[1]);
-        let sizes: Vec<u64> = i.sizes(Phase::Run).collect();
+        let sizes: Vec<u64> = i.sizes(AttemptPhase::Run).collect();
         foreign.extend(sizes.iter().copied().filter(|&b| b != nf && b != n2f));
         let refused: Vec<String> = sizes
             .iter()

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use cell_output::{CellError, Table};
-use highwater::forensics::Phase;
+use highwater::forensics::AttemptPhase;
 
 use crate::Book;
 
@@ -20,7 +20,7 @@ pub fn sizes_table(
     let mut failed_mid_run: BTreeSet<u64> = book
         .incidents()?
         .iter()
-        .flat_map(|i| i.sizes(Phase::Run))
+        .flat_map(|i| i.sizes(AttemptPhase::Run))
         .collect();
     let mut t = Table::new(["tensor", "shape", "bytes", "a logged mid-run failure?"]);
     for (what, shape) in tensors {

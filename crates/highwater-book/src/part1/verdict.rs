@@ -106,7 +106,7 @@ impl Account {
             .iter()
             .filter(|i| i.arm == "situ")
             .flat_map(|i| {
-                i.sizes(highwater::forensics::Phase::Run)
+                i.sizes(highwater::forensics::AttemptPhase::Run)
                     .collect::<Vec<_>>()
             })
             .collect();

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, Read};
 
 use super::line::{Line, classify};
-use super::{FailureGroup, LogForensics, Phase, Reported};
+use super::{AttemptPhase, FailureGroup, LogForensics, Reported};
 
 /// Lines longer than this are read by [`LogReader::read`] up to this length; the rest of the
 /// line is skipped and counted ([`LogReader::clipped_lines`]). Bounds the line buffer, so a
@@ -61,7 +61,7 @@ pub struct LogReader {
     /// The current attempt died or completed.
     ended: bool,
     /// (size, phase, kind) → index in `f.failures`, which keeps first-appearance order.
-    groups: HashMap<(u64, Phase, Reported), usize>,
+    groups: HashMap<(u64, AttemptPhase, Reported), usize>,
     limit: usize,
     lines: u64,
     clipped: u64,
@@ -135,9 +135,9 @@ impl LogReader {
             }
             Line::Failure { bytes, reported } => {
                 let phase = if self.step.is_some() {
-                    Phase::Run
+                    AttemptPhase::Run
                 } else {
-                    Phase::Init
+                    AttemptPhase::Init
                 };
                 let key = (bytes, phase, reported);
                 if let Some(&i) = self.groups.get(&key) {

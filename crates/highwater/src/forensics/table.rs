@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::{FailureGroup, LogForensics, Phase, Reported};
+use super::{AttemptPhase, FailureGroup, LogForensics, Reported};
 
 /// Bytes in the largest binary unit that divides them exactly (`32 MiB`, `1 GiB`, `81920 B`
 /// stays `80 KiB`); sizes in logs are exact, so no rounding.
@@ -76,18 +76,18 @@ impl IncidentRow {
         // hashes, as a log may hold many of both. A place is its words' key: every init
         // failure is "before step 0", whatever its step.
         let mut places: Vec<(String, Vec<String>)> = vec![];
-        let mut place_of: HashMap<(Phase, Option<u32>), usize> = HashMap::new();
+        let mut place_of: HashMap<(AttemptPhase, Option<u32>), usize> = HashMap::new();
         let mut seen: HashSet<(usize, u64)> = HashSet::new();
         for g in &log.failures {
             let key = match g.phase {
-                Phase::Init => (Phase::Init, None),
-                Phase::Run => (Phase::Run, g.after_step),
+                AttemptPhase::Init => (AttemptPhase::Init, None),
+                AttemptPhase::Run => (AttemptPhase::Run, g.after_step),
             };
             let p = *place_of.entry(key).or_insert_with(|| {
                 let place = match key {
-                    (Phase::Init, _) => "before step 0".to_string(),
-                    (Phase::Run, Some(s)) => format!("after step {s}"),
-                    (Phase::Run, None) => "during the run".to_string(),
+                    (AttemptPhase::Init, _) => "before step 0".to_string(),
+                    (AttemptPhase::Run, Some(s)) => format!("after step {s}"),
+                    (AttemptPhase::Run, None) => "during the run".to_string(),
                 };
                 places.push((place, vec![]));
                 places.len() - 1

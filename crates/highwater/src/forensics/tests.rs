@@ -86,10 +86,14 @@ fn phases_reset_with_each_attempt() {
     assert_eq!(f.attempts, 2);
     assert_eq!(f.died_at, vec![200, 100]);
     assert!(!f.truncated);
-    assert_eq!(f.failure_count(Phase::Init), 2);
-    assert_eq!(f.failure_count(Phase::Run), 2);
+    assert_eq!(f.failure_count(AttemptPhase::Init), 2);
+    assert_eq!(f.failure_count(AttemptPhase::Run), 2);
     // The group keeps the step line before its first failure.
-    let run = f.failures.iter().find(|g| g.phase == Phase::Run).unwrap();
+    let run = f
+        .failures
+        .iter()
+        .find(|g| g.phase == AttemptPhase::Run)
+        .unwrap();
     assert_eq!(run.after_step, Some(100));
 }
 
@@ -132,7 +136,7 @@ fn many_distinct_sizes_count_and_keep_their_order() {
     assert_eq!(f.failures.len(), 3 * N as usize);
     assert!(f.failures.iter().all(|g| g.count == 1));
     let (init, run) = f.failures.split_at(N as usize);
-    assert!(init.iter().all(|g| g.phase == Phase::Init));
+    assert!(init.iter().all(|g| g.phase == AttemptPhase::Init));
     assert!(run.iter().all(|g| g.after_step == Some(0)));
     assert!(
         init.iter()

@@ -32,7 +32,7 @@ struct BoundaryState {
 }
 
 /// One step's events as the replay walks them; indices are those of [`StepTrace::events`].
-struct Plan {
+struct StepPlan {
     events: Vec<Event>,
     /// Per buffer: its label's number in [`Simulation::labels`].
     labels: Vec<u32>,
@@ -43,7 +43,7 @@ struct Plan {
     buffers: usize,
 }
 
-impl Plan {
+impl StepPlan {
     fn new(trace: StepTrace, names: &mut Labels) -> Self {
         let labels = trace.labels.into_iter().map(|l| names.intern(l)).collect();
         let events = trace.events;
@@ -56,7 +56,7 @@ impl Plan {
                 _ => false,
             })
             .collect();
-        Plan {
+        StepPlan {
             events,
             labels,
             frees,
@@ -189,7 +189,7 @@ impl<'a> Simulation<'a> {
     }
 
     /// Narrows [`Self::aligned`] by the sizes a step's trace reserves.
-    fn check_aligned(&mut self, plan: &Plan) {
+    fn check_aligned(&mut self, plan: &StepPlan) {
         self.aligned &= plan.events.iter().all(|e| match *e {
             Event::Alloc { bytes, .. } => bytes % CUDA_ALIGNMENT == 0,
             _ => true,
@@ -300,7 +300,7 @@ impl<'a> Simulation<'a> {
     }
 
     /// Replays one step whose late releases are in `self.lag_at`; returns its peak and failures.
-    fn replay(&mut self, plan: &Plan) -> Outcome {
+    fn replay(&mut self, plan: &StepPlan) -> Outcome {
         if self.handles.len() < plan.buffers {
             self.handles.resize_with(plan.buffers, || None);
         }
@@ -429,8 +429,8 @@ impl<'a> Simulation<'a> {
             replayed_steps: 0,
             late_steps: 0,
         };
-        let first = Plan::new(step_trace(r, &self.ledger, 1), &mut self.labels);
-        let steady = Plan::new(step_trace(r, &self.ledger, 2), &mut self.labels);
+        let first = StepPlan::new(step_trace(r, &self.ledger, 1), &mut self.labels);
+        let steady = StepPlan::new(step_trace(r, &self.ledger, 2), &mut self.labels);
         self.check_aligned(&first);
         self.check_aligned(&steady);
         self.lag_at = vec![0; first.events.len().max(steady.events.len())];

@@ -63,7 +63,7 @@ fn a_trace_changes_no_figure_and_accounts_for_every_byte() {
     use crate::memtrace::Action;
     let r = small();
     let plain = simulate(&r, 3, 12);
-    let (report, t) = trace(&r, 3, 5..=12).unwrap();
+    let (report, t) = simulate_traced(&r, 3, 5..=12).unwrap();
     let replayed_steps = plain.replayed_steps;
     assert_eq!(
         RunReport {
@@ -123,7 +123,10 @@ fn a_trace_changes_no_figure_and_accounts_for_every_byte() {
 #[test]
 fn absurd_trace_ranges_are_refused() {
     let r = small();
-    assert!(matches!(trace(&r, 1, 0..=3), Err(TraceError::Range { .. })));
+    assert!(matches!(
+        simulate_traced(&r, 1, 0..=3),
+        Err(TraceError::Range { .. })
+    ));
     // After the run: a range past the death.
     let situ = Recipe::parse(
         "situ.toml",
@@ -131,7 +134,7 @@ fn absurd_trace_ranges_are_refused() {
     )
     .unwrap();
     let died = simulate(&situ, 3, 400).died_at.expect("seed 3 dies");
-    let err = trace(&situ, 3, died + 1..=died + 2).unwrap_err();
+    let err = simulate_traced(&situ, 3, died + 1..=died + 2).unwrap_err();
     assert_eq!(
         err,
         TraceError::DiedBefore {
@@ -141,12 +144,12 @@ fn absurd_trace_ranges_are_refused() {
         }
     );
     assert!(matches!(
-        trace(&r, 1, std::ops::RangeInclusive::new(4, 3)),
+        simulate_traced(&r, 1, std::ops::RangeInclusive::new(4, 3)),
         Err(TraceError::Range { .. })
     ));
-    let err = trace(&r, 1, 1..=u64::MAX).unwrap_err();
+    let err = simulate_traced(&r, 1, 1..=u64::MAX).unwrap_err();
     assert!(err.to_string().contains("MAX_STEPS"), "{err}");
-    let err = trace(&r, 1, 1..=90_000).unwrap_err();
+    let err = simulate_traced(&r, 1, 1..=90_000).unwrap_err();
     assert!(err.to_string().contains("MAX_TRACE_EVENTS"), "{err}");
 }
 

@@ -53,7 +53,7 @@ pub enum TraceError {
 /// pool event of the steps in `steps` (see [`crate::memtrace`]). The run's figures are those
 /// of [`simulate`]: tracing only turns off shortcuts that change none of them. The range is
 /// checked against [`MAX_STEPS`] and [`MAX_TRACE_EVENTS`] before anything runs.
-pub fn trace(
+pub fn simulate_traced(
     recipe: &Recipe,
     seed: u64,
     steps: std::ops::RangeInclusive<u64>,

@@ -5,7 +5,9 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use highwater::forensics::{self, FailureGroup, IncidentTable, Phase, Reported, parse_reader};
+use highwater::forensics::{
+    self, AttemptPhase, FailureGroup, IncidentTable, Reported, parse_reader,
+};
 use highwater::{Incident, LogForensics, parse_log};
 
 fn logs_dir() -> PathBuf {
@@ -73,7 +75,7 @@ fn truncated_log_is_marked_and_keeps_its_init_failures() {
     let f = log("ab2000_situ_s2.log");
     assert!(f.missing_header && f.truncated);
     assert_eq!(f.last_step, None);
-    assert_eq!(f.failure_count(Phase::Run), 0);
+    assert_eq!(f.failure_count(AttemptPhase::Run), 0);
 }
 
 #[test]
@@ -86,7 +88,7 @@ fn control_arm_fails_only_at_init_and_completes() {
     agrees_with_incident("ab2000_moe_s1.log");
     let f = log("ab2000_moe_s1.log");
     assert_eq!(f.last_step, Some(2000));
-    assert!(f.failures.iter().all(|g| g.phase == Phase::Init));
+    assert!(f.failures.iter().all(|g| g.phase == AttemptPhase::Init));
 }
 
 #[test]
@@ -99,14 +101,14 @@ fn upstream_cubecl_message_reports_pages() {
             FailureGroup {
                 bytes: 1 << 30,
                 count: 1,
-                phase: Phase::Init,
+                phase: AttemptPhase::Init,
                 after_step: None,
                 reported: Reported::Page,
             },
             FailureGroup {
                 bytes: 268_435_456,
                 count: 3,
-                phase: Phase::Run,
+                phase: AttemptPhase::Run,
                 after_step: Some(200),
                 reported: Reported::Page,
             },

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use highwater::Incident;
-use highwater::forensics::Phase;
+use highwater::forensics::AttemptPhase;
 use highwater::incident::IncidentError;
 use highwater::limits::MAX_TENSOR_BYTES;
 use proptest::prelude::*;
@@ -195,7 +195,10 @@ fn assert_possible(i: &Incident) {
             f.bytes.is_none_or(|b| b >= 1 && MAX_TENSOR_BYTES.allows(b)),
             "{i:?}"
         );
-        assert!(f.phase == Phase::Run || f.after_step.is_none(), "{i:?}");
+        assert!(
+            f.phase == AttemptPhase::Run || f.after_step.is_none(),
+            "{i:?}"
+        );
         let again = i.failures[..n]
             .iter()
             .any(|g| g.phase == f.phase && g.bytes == f.bytes);

@@ -168,7 +168,7 @@ fn a_traced_run_exports_as_a_snapshot_memory_viz_takes() {
     .unwrap();
     // Four times the batch: the card runs out within the first steps, so refusals are exported too.
     let recipe = small.with_batch(32).unwrap();
-    let (report, trace) = highwater::trace(&recipe, 3, 1..=3).unwrap();
+    let (report, trace) = highwater::simulate_traced(&recipe, 3, 1..=3).unwrap();
     assert!(!report.failures.is_empty(), "the bigger batch fails");
     let checker = concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -7,7 +7,7 @@
 use highwater::recipe::Recipe;
 use serde::Serialize;
 use situ::SOFT_CAP;
-use situ::gate::{self, FiniteDifference, Plan, TestResult};
+use situ::gate::{self, FiniteDifference, GatePlan, TestResult};
 use situ::gpu::{Cube, CudaDevice};
 use situ::provenance::{self, Provenance};
 use situ::reference::fresh_seed;
@@ -71,7 +71,7 @@ fn main() {
         include_str!("../../../../repro/recipes/situ.toml"),
     )
     .expect("the wave recipe parses");
-    let plan = Plan {
+    let plan = GatePlan {
         shapes: &SHAPES,
         forward: T_FWD,
         backward: T_BWD,

@@ -1,4 +1,4 @@
-//! A traced run as [`MemoryView`], the book's interactive memory timeline: each allocation's
+//! A traced run as [`MemoryView`], the book's interactive memory view: each allocation's
 //! life from its reserve to its free, the pages, the steps, and the run's every step in the
 //! overview.
 
@@ -117,7 +117,7 @@ pub fn first_call(
     title: &str,
 ) -> Result<(MemoryView, CallHold), highwater::TraceError> {
     const CALL: &str = "it0.expert0.";
-    let (report, trace) = highwater::trace(recipe, 1, 1..=1)?;
+    let (report, trace) = highwater::simulate_traced(recipe, 1, 1..=1)?;
     let view = memory_view(&trace, &report, title, |t| t.starts_with(CALL));
     let mut phase_of: HashMap<u64, highwater::trace::Phase> = HashMap::new();
     let mut hold = CallHold {
@@ -156,7 +156,8 @@ pub fn first_refusal(
     let Some(step) = plain.first_failure() else {
         return Ok(None);
     };
-    let (_, trace) = highwater::trace(recipe, seed, step.saturating_sub(1).max(1)..=step)?;
+    let (_, trace) =
+        highwater::simulate_traced(recipe, seed, step.saturating_sub(1).max(1)..=step)?;
     // The overview shows the whole run, to its death if it dies.
     let mut view = memory_view(&trace, &plain, title, |_| true);
     view.initial = Some(step);
@@ -199,7 +200,7 @@ mod tests {
         let r = crate::Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
             .recipe("small")
             .unwrap();
-        let (report, trace) = highwater::trace(&r, 3, 2..=3).unwrap();
+        let (report, trace) = highwater::simulate_traced(&r, 3, 2..=3).unwrap();
         let all = memory_view(&trace, &report, "all", |_| true);
         let count = |a: Action| trace.events.iter().filter(|e| e.action == a).count();
         assert_eq!(
