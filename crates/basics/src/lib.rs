@@ -5,6 +5,12 @@
 //! The recorded results depend on the generator's exact draws (the simulator's jitter, the
 //! wall's sequence lengths, graphrace's replays, the models' initial weights): the tests below
 //! pin them.
+//!
+//! Beside them, what the CLIs and the book write alike: [`bytes`], the one way to write a byte
+//! count, and [`text_table`], the one plain-text table.
+
+pub mod bytes;
+pub mod text_table;
 
 /// SplitMix64's increment: 2^64/φ, odd, so the state visits every value once.
 pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;

@@ -42,8 +42,9 @@
 //! more: [`bytes::exact`] adds the exact count (`32 MiB (33 554 432 B)`) where bytes must match
 //! to the byte; [`bytes::in_unit`] fixes the unit for the terms of one sum or one column
 //! (`3378 MiB − 2994 MiB = 384 MiB`); [`bytes::signed`] writes a difference (`+1.88 GiB`,
-//! `-384 MiB`). Figures keep `highwater_plot`'s labels (three significant digits, room being
-//! short on an axis); the CLI keeps its own.
+//! `-384 MiB`). Figures keep `highwater_plot`'s labels ([`bytes::axis`]: three significant
+//! digits, room being short on an axis). The implementation and its tests are in
+//! [`basics::bytes`], which the `highwater` CLI and the figures use too; [`bytes`] re-exports it.
 
 pub mod bytes;
 pub mod experiments;

@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use dryrun::Atlas;
 
 use crate::args::AtlasArgs;
-use crate::table::{Align, render};
+use basics::text_table::{Align, Rule, render};
 
 pub(crate) fn atlas(a: AtlasArgs) -> Result<()> {
     let sources: Vec<(String, Atlas)> = a
@@ -69,6 +69,7 @@ fn coverage(sources: &[(String, Atlas)]) -> String {
             ("held by the other sources", Align::Right),
         ],
         &rows,
+        Rule::Dashed,
     )
 }
 
@@ -88,5 +89,6 @@ fn leave_one_out(atlas: &Atlas) -> String {
             ("GPU pick predicted, each problem left out", Align::Right),
         ],
         &rows,
+        Rule::Dashed,
     )
 }

@@ -10,13 +10,14 @@ use highwater::forensics::{IncidentTable, LogForensics, LogReader, MAX_LINE_BYTE
 use highwater::limits::MAX_FIGURE_SEEDS;
 use highwater::recipe::written_name;
 use highwater::{Failure, Recipe, RunReport, Sink, StepRecord, simulate_with};
-use highwater_plot::{HighWaterChart, Series, format_bytes};
+use highwater_plot::{HighWaterChart, Series};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::args::{Cli, Command, ForensicsArgs, LedgerArgs, SimulateArgs};
 use crate::input::load_recipe;
-use crate::table::{Align, render, size};
+use basics::bytes::show;
+use basics::text_table::{Align, Rule, render};
 
 pub(crate) fn run(cli: Cli) -> Result<()> {
     match cli.command {
@@ -41,8 +42,8 @@ fn describe(r: &Recipe) -> String {
         written_name(&r.backend),
         r.batch,
         r.seq_len,
-        size(r.card.total_bytes),
-        size(r.card.pool_capacity()),
+        show(r.card.total_bytes),
+        show(r.card.pool_capacity()),
     )
 }
 
@@ -205,16 +206,14 @@ fn summary_row(r: &RunReport) -> Vec<String> {
     }
     let sizes = sizes
         .iter()
-        .map(|((req, page), n)| {
-            format!("{} ×{n} (page {})", format_bytes(*req), format_bytes(*page))
-        })
+        .map(|((req, page), n)| format!("{} ×{n} (page {})", show(*req), show(*page)))
         .collect::<Vec<_>>()
         .join(", ");
     vec![
         r.seed.to_string(),
         outcome,
-        size(r.high_water()),
-        size(r.final_reserved()),
+        show(r.high_water()),
+        show(r.final_reserved()),
         r.failures.len().to_string(),
         r.first_failure().map_or("—".into(), |s| s.to_string()),
         if sizes.is_empty() {
@@ -238,6 +237,7 @@ fn summary(rows: &[Vec<String>]) -> String {
             ("sizes (requested ×count, page)", Align::Left),
         ],
         rows,
+        Rule::Dashed,
     )
 }
 

@@ -10,7 +10,8 @@ use highwater::conform::{
 
 use crate::args::ConformArgs;
 use crate::quiet::{quiet_device_threads, quietly};
-use crate::table::{Align, render, size};
+use basics::bytes::show;
+use basics::text_table::{Align, Rule, render};
 
 /// Runs the simulator is known to miss, with the reason; kept beside the records.
 const KNOWN_MISSES: &str = "conform-known-misses.toml";
@@ -200,7 +201,7 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
 
 /// A band's `least … most` (`–` for an edge whose run died before).
 fn span(least: Option<u64>, most: Option<u64>) -> String {
-    let edge = |b: Option<u64>| b.map_or("–".into(), size);
+    let edge = |b: Option<u64>| b.map_or("–".into(), show);
     format!("{} … {}", edge(least), edge(most))
 }
 
@@ -314,10 +315,10 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                     ", in band"
                 }
             ),
-            gpu_last.map_or("–".into(), size),
-            last.map_or("–".into(), |(_, x, _)| size(x)),
+            gpu_last.map_or("–".into(), show),
+            last.map_or("–".into(), |(_, x, _)| show(x)),
             last.map_or("–".into(), |(l, _, h)| span(l, h)),
-            cold.map_or("–".into(), |(gpu, _, _)| gpu.map_or("–".into(), size)),
+            cold.map_or("–".into(), |(gpu, _, _)| gpu.map_or("–".into(), show)),
             cold.map_or("–".into(), |(_, band, _)| {
                 band.map_or("–".into(), |(l, h)| span(l, h))
             }),
@@ -340,6 +341,7 @@ fn conform_band(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
                 ("", Align::Left),
             ],
             &rows,
+            Rule::Dashed,
         )
     );
     for line in &outside {
@@ -400,7 +402,7 @@ fn dry_table(
                     format!("{:+} B ({} step {})", d.bytes(), d.figure, d.step)
                 }),
                 format!("{} / {}", fate(e.measured_death), fate(e.predicted_death)),
-                size(outcome.peak_bytes),
+                show(outcome.peak_bytes),
                 match (e.passes(), e.differences.is_empty()) {
                     (true, true) => "exact".to_string(),
                     (true, false) => "within the GPU's spread".to_string(),
@@ -426,6 +428,7 @@ fn dry_table(
             ("", Align::Left),
         ],
         &rows,
+        Rule::Dashed,
     )
 }
 
@@ -477,7 +480,7 @@ fn table(results: &[Conformance], is_known: &dyn Fn(&str) -> bool) -> String {
         .iter()
         .map(|c| {
             let figures = |x: Option<Compared>| match x {
-                Some(x) => [size(x.measured), size(x.predicted), pct(x.error)],
+                Some(x) => [show(x.measured), show(x.predicted), pct(x.error)],
                 None => ["–".into(), "–".into(), "–".into()],
             };
             let mut row = vec![
@@ -516,5 +519,6 @@ fn table(results: &[Conformance], is_known: &dyn Fn(&str) -> bool) -> String {
             ("", Align::Left),
         ],
         &rows,
+        Rule::Dashed,
     )
 }

@@ -15,7 +15,8 @@ use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
 use crate::args::{CapArg, CardArg, FitArgs};
 use crate::input::{quoted_line, read_input};
 use crate::quiet::{quiet_device_threads, quietly};
-use crate::table::{Align, render, size};
+use basics::bytes::show;
+use basics::text_table::{Align, Rule, render};
 
 pub(crate) fn fit(a: FitArgs) -> Result<()> {
     let origin = a.model.display().to_string();
@@ -55,7 +56,7 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         written_name(&backend),
         written_name(&checkpointing),
         card.gpu,
-        size(plan.capacity),
+        show(plan.capacity),
         a.steps
     );
     let band =
@@ -200,27 +201,27 @@ fn steps_table(r: &RunReport, band: &Band, cold: &ColdBand) -> String {
     let reserved = band.reserved();
     let range = |i: usize| match reserved.get(i) {
         Some((Some(l), _, Some(h))) if band.least.is_some() => {
-            format!("{} … {}", size(*l), size(*h))
+            format!("{} … {}", show(*l), show(*h))
         }
         Some((_, _, None)) if band.least.is_some() => "(died)".into(),
         _ => "exact".into(),
     };
     let cold = cold.reserved();
     let first_run = |i: usize| match cold.get(i) {
-        Some((Some(l), Some(h))) => format!("{} … {}", size(*l), size(*h)),
+        Some((Some(l), Some(h))) => format!("{} … {}", show(*l), show(*h)),
         _ => "(died)".into(),
     };
     let rows: Vec<Vec<String>> = (0..r.reserved.len())
         .map(|i| {
             vec![
                 (i + 1).to_string(),
-                size(r.in_use_after_forward[i]),
-                size(r.in_use_after_backward[i]),
-                size(r.peak_in_use[i]),
-                size(r.reserved[i]),
+                show(r.in_use_after_forward[i]),
+                show(r.in_use_after_backward[i]),
+                show(r.peak_in_use[i]),
+                show(r.reserved[i]),
                 range(i),
                 first_run(i),
-                outcome.steps[i].device_reserved.map_or("–".into(), size),
+                outcome.steps[i].device_reserved.map_or("–".into(), show),
                 r.pages[i].to_string(),
             ]
         })
@@ -238,6 +239,7 @@ fn steps_table(r: &RunReport, band: &Band, cold: &ColdBand) -> String {
             ("pages", Align::Right),
         ],
         &rows,
+        Rule::Dashed,
     )
 }
 
@@ -257,8 +259,8 @@ fn cold_verdict(cold: &ColdBand) -> String {
         (None, Some((Some(l), Some(h)))) => format!(
             "first run on the card (nothing autotuned yet, every candidate timed in the pool): \
              {} … {} reserved after step 1 (column `first run`)",
-            size(*l),
-            size(*h)
+            show(*l),
+            show(*h)
         ),
         _ => "first run on the card: no step ran".into(),
     }
@@ -270,7 +272,7 @@ fn verdict(outcome: &DryOutcome, report: &RunReport) -> String {
         return format!(
             "fits: at most {} reserved of the {} the pools may take",
             // Every stream's pools when the device says; the training thread's otherwise.
-            size(
+            show(
                 outcome
                     .steps
                     .iter()
@@ -279,7 +281,7 @@ fn verdict(outcome: &DryOutcome, report: &RunReport) -> String {
                     .max()
                     .unwrap_or(0)
             ),
-            size(report.capacity)
+            show(report.capacity)
         );
     };
     let error = cut(d.message.lines().next().unwrap_or_default());
@@ -293,10 +295,10 @@ fn verdict(outcome: &DryOutcome, report: &RunReport) -> String {
             format!(
                 "{at}: reserving {} needed a new page of {}, refused with {} of the {} taken\n\
                  error: {error}",
-                size(oom.requested),
-                size(oom.page),
-                size(oom.allocated),
-                size(oom.capacity),
+                show(oom.requested),
+                show(oom.page),
+                show(oom.allocated),
+                show(oom.capacity),
             )
         }
     }
@@ -322,8 +324,8 @@ fn search_text(s: &BatchSearch) -> String {
     let largest = match &s.largest {
         Some((batch, o)) => format!(
             "largest batch that fits: {batch} (at most {} reserved, {} in use at the peak)",
-            size(o.steps.iter().map(|m| m.reserved).max().unwrap_or(0)),
-            size(o.peak_in_use.iter().copied().max().unwrap_or(0)),
+            show(o.steps.iter().map(|m| m.reserved).max().unwrap_or(0)),
+            show(o.peak_in_use.iter().copied().max().unwrap_or(0)),
         ),
         None => "not even a batch of 1 fits".into(),
     };
@@ -333,7 +335,7 @@ fn search_text(s: &BatchSearch) -> String {
                 "batch {batch} dies in step {} ({}), refused a page of {}",
                 d.step,
                 written_name(&d.phase),
-                d.failed_pages.first().map_or("–".into(), |&p| size(p))
+                d.failed_pages.first().map_or("–".into(), |&p| show(p))
             ),
             None => format!("batch {batch} dies"),
         },

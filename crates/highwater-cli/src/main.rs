@@ -53,7 +53,6 @@ mod order;
 mod quiet;
 #[cfg(feature = "cuda")]
 mod rerun;
-mod table;
 
 use std::io::ErrorKind;
 use std::process::ExitCode;

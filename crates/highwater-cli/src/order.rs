@@ -10,7 +10,7 @@ use highwater::conform::NetworkRecord;
 use crate::args::OrderArgs;
 use crate::conform::read_record;
 use crate::quiet::{quiet_device_threads, quietly};
-use crate::table::{Align, render};
+use basics::text_table::{Align, Rule, render};
 
 pub(crate) fn order(a: OrderArgs) -> Result<()> {
     let record: NetworkRecord = read_record(&a.record)?;
@@ -72,7 +72,7 @@ pub(crate) fn order(a: OrderArgs) -> Result<()> {
         ("fewer released", Align::Right),
         ("persistent pages apart (size: GPU, dry)", Align::Left),
     ];
-    println!("{}", render(&headers, &rows).trim_end());
+    println!("{}", render(&headers, &rows, Rule::Dashed).trim_end());
     if !apart_from_first.is_empty() {
         let at: Vec<String> = apart_from_first
             .iter()

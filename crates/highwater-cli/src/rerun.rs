@@ -15,7 +15,7 @@ use highwater::recipe::written_name;
 
 use crate::args::{CapArg, RerunArgs};
 use crate::input::read_recipe;
-use crate::table::size;
+use basics::bytes::show;
 
 pub(crate) fn rerun(a: RerunArgs) -> Result<()> {
     let Some(recipe_path) = a.recipe.clone() else {
@@ -187,18 +187,18 @@ impl Observer for Log<'_> {
     fn started(&mut self, d: &DeviceMemory) {
         self.line(format!(
             "device: total {} | free at start {} | cap {} | ballast {} | pool may take {}",
-            size(d.total_bytes),
-            size(d.free_at_start),
+            show(d.total_bytes),
+            show(d.free_at_start),
             d.cap_bytes.map_or("none".into(), size),
-            size(d.ballast_bytes),
-            size(d.pool_capacity),
+            show(d.ballast_bytes),
+            show(d.pool_capacity),
         ));
     }
 
     fn step(&mut self, m: &MeasuredStep, counters: &str) {
         self.bar.inc(1);
         self.bar
-            .set_message(format!("in use {}", size(m.in_use_after_forward)));
+            .set_message(format!("in use {}", show(m.in_use_after_forward)));
         if m.step == 1 || m.step.is_multiple_of(self.every) || m.step == self.steps {
             let loss = m.loss.map_or("–".into(), |l| format!("{l:.6}"));
             self.line(format!(
@@ -206,11 +206,11 @@ impl Observer for Log<'_> {
                  {:.1} ms | {counters}",
                 m.step,
                 self.steps,
-                size(m.in_use_after_forward),
-                size(m.in_use_after_backward),
-                size(m.reserved),
+                show(m.in_use_after_forward),
+                show(m.in_use_after_backward),
+                show(m.reserved),
                 m.device_reserved
-                    .map_or(String::new(), |d| format!(" (every stream: {})", size(d))),
+                    .map_or(String::new(), |d| format!(" (every stream: {})", show(d))),
                 m.step_ms,
             ));
         }
@@ -225,7 +225,7 @@ impl Observer for Log<'_> {
                 d.failed_pages.len(),
                 d.failed_pages
                     .iter()
-                    .map(|&p| size(p))
+                    .map(|&p| show(p))
                     .collect::<Vec<_>>()
                     .join(", ")
             )

@@ -8,7 +8,7 @@ use crate::legend::{self, Entry, Group, Swatch};
 use crate::theme::{
     self, FG, Keys, LABEL_PX, SMALL_PX, WIDTH, arm_colours, clean_label, filled, stroke, text_width,
 };
-use crate::units::{ByteUnit, format_bytes};
+use basics::bytes::{Unit, axis, axis_tick};
 
 /// One stacked bar per path (e.g. the activation ledger of one call), segments by kind.
 ///
@@ -180,13 +180,13 @@ impl StackedBars {
             })
             .collect();
         let max_total = totals.iter().copied().max().unwrap_or(0).max(1);
-        let unit = ByteUnit::for_value(max_total);
+        let unit = Unit::of(max_total);
         let x_top = unit.scale(max_total) * 1.14;
         let n = self.bars.len().max(1) as f64;
 
         let mut chart = frame::chart_builder(&plot, AXIS_H - 4, (label_w + 16.0) as u32)
             .build_cartesian_2d(0f64..x_top, 0f64..n)?;
-        let x_fmt = |v: &f64| unit.tick(*v);
+        let x_fmt = |v: &f64| axis_tick(*v, unit);
         let mut mesh = chart.configure_mesh();
         frame::style_mesh(&mut mesh);
         mesh.disable_y_mesh()
@@ -214,7 +214,7 @@ impl StackedBars {
                 }
                 let (px0, py) = chart.backend_coord(&(x0, row + 0.5));
                 let (px1, _) = chart.backend_coord(&(x1, row + 0.5));
-                let text = format_bytes(*bytes);
+                let text = axis(*bytes);
                 if f64::from(px1 - px0) > text_width(&text, SMALL_PX) + 8.0 {
                     root.draw(&Text::new(
                         text,
@@ -235,7 +235,7 @@ impl StackedBars {
             }
             let (xe, _) = chart.backend_coord(&(unit.scale(totals[i]), row + 0.5));
             root.draw(&Text::new(
-                format_bytes(totals[i]),
+                axis(totals[i]),
                 (xe + 6, y),
                 theme::bold(SMALL_PX).pos(Pos::new(HPos::Left, VPos::Center)),
             ))?;

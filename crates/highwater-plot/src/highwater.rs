@@ -10,7 +10,7 @@ use crate::theme::{
     self, CARD_DASH, DASHES, Keys, LABEL_PX, SMALL_PX, WIDTH, arm_colours, clean_label, stroke,
     text_width,
 };
-use crate::units::{ByteUnit, format_bytes};
+use basics::bytes::{Unit, axis, axis_tick};
 
 /// Per-step high-water of several runs against a horizontal card-capacity line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -188,7 +188,7 @@ impl HighWaterChart {
         if let Some(card_key) = card_key.filter(|_| self.card_bytes > 0) {
             extra.entries.push(Entry {
                 swatch: Swatch::Line(card_key, 2),
-                label: format!("card capacity ({})", format_bytes(self.card_bytes)),
+                label: format!("card capacity ({})", axis(self.card_bytes)),
             });
         }
         if self.series.iter().any(|s| s.died_at.is_some()) {
@@ -238,7 +238,7 @@ impl HighWaterChart {
             .unwrap_or(0)
             // Below 8 bytes the ticks would be fractions of a byte.
             .max(8);
-        let unit = ByteUnit::for_value(max_bytes);
+        let unit = Unit::of(max_bytes);
         let values = || {
             self.series
                 .iter()
@@ -265,8 +265,8 @@ impl HighWaterChart {
         };
         // Headroom's ticks are the powers of two only.
         let tick = |v: f64| match scale {
-            Scale::Reserved => unit.tick(v),
-            Scale::Headroom if v.fract() == 0.0 => format_bytes(v.exp2() as u64),
+            Scale::Reserved => axis_tick(v, unit),
+            Scale::Headroom if v.fract() == 0.0 => axis(v.exp2() as u64),
             Scale::Headroom => String::new(),
         };
         let y_labels = match scale {
@@ -311,7 +311,7 @@ impl HighWaterChart {
             ))?;
             // At the left end: runs die on the right, where their labels go.
             let (x, y) = chart.backend_coord(&(0, card));
-            let label = format!("card {}", format_bytes(self.card_bytes));
+            let label = format!("card {}", axis(self.card_bytes));
             let w = text_width(&label, SMALL_PX) as i32;
             taken.push(PxBox::new(x + 4, y - 18, x + 10 + w, y - 2));
             root.draw(&Text::new(

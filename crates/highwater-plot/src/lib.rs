@@ -36,7 +36,6 @@ mod memview;
 mod rates;
 mod theme;
 mod timeline;
-mod units;
 
 pub use bars::{Bar, StackedBars};
 pub use deaths::DeathHistogram;
@@ -48,4 +47,3 @@ pub use memview::{
 pub use rates::{Curve, RateChart};
 pub use theme::{PALETTE, arm_colour, arm_colours, arm_key};
 pub use timeline::{Lane, Mark, Timeline};
-pub use units::{format_bytes, format_bytes_exact};

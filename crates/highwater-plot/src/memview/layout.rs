@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::{LANE_FLOOR, LANES_H, LEFT, PLOT_W, Page};
-use crate::units::format_bytes;
+use basics::bytes::axis;
 
 /// Where a time interval falls on the x axis for a window of event numbers: (x, width); a
 /// width ≤ 0 means outside the window.
@@ -77,9 +77,9 @@ impl Lanes {
             let (y1, h1) = self.lane(pages[j].number);
             let n = j - i + 1;
             let label = if n == 1 {
-                format!("page {}: {}", pages[i].number, format_bytes(pages[i].bytes))
+                format!("page {}: {}", pages[i].number, axis(pages[i].bytes))
             } else {
-                format!("{n} × {}", format_bytes(pages[i].bytes))
+                format!("{n} × {}", axis(pages[i].bytes))
             };
             if y1 + h1 - y0 >= 10.0 {
                 let _ = write!(

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use super::{
     DetailStep, FAMILY_COLOURS, LEFT, MemoryView, OVERVIEW_H, OVERVIEW_TOP, PLOT_W, StepTotals,
 };
-use crate::units::format_bytes;
+use basics::bytes::axis;
 
 impl MemoryView {
     pub(super) fn overview_svg(&self, steps: &[DetailStep]) -> String {
@@ -57,7 +57,7 @@ impl MemoryView {
             y(self.capacity),
             LEFT + PLOT_W - 4.0,
             y(self.capacity) + 12.0,
-            format_bytes(self.capacity)
+            axis(self.capacity)
         );
         let _ = write!(
             out,

@@ -7,7 +7,7 @@ use super::{
     Band, DetailStep, FAMILY_COLOURS, LANES_H, LEFT, MemoryView, PAGE_BARS, PAGE_ROW, PAGE_VIEWS,
     PAGES_COLUMNS, PLOT_W,
 };
-use crate::units::format_bytes;
+use basics::bytes::axis;
 
 impl MemoryView {
     pub(super) fn pages_height(&self) -> f64 {
@@ -118,11 +118,11 @@ impl MemoryView {
                 s.step,
                 if hidden.is_empty() { "" } else { " hidden" },
                 s.step,
-                format_bytes(r.bytes),
+                axis(r.bytes),
                 escape(&r.tensor),
-                format_bytes(r.page_bytes),
+                axis(r.page_bytes),
                 class.pages,
-                format_bytes(class.largest_gap)
+                axis(class.largest_gap)
             );
         }
         let (bars, groups) = self.page_rows();
@@ -140,9 +140,9 @@ impl MemoryView {
             s.step,
             top + 10.0,
             s.step,
-            format_bytes(free.bytes),
+            axis(free.bytes),
             free.pages,
-            format_bytes(free.largest_gap)
+            axis(free.largest_gap)
         );
         (out, notes)
     }
@@ -203,7 +203,7 @@ impl MemoryView {
             let label = format!(
                 "{} more pages of {}: {in_use} hold a slice, {} are empty",
                 numbers.len(),
-                format_bytes(*bytes),
+                axis(*bytes),
                 numbers.len() - in_use
             );
             let width = 1.3 * col_w;

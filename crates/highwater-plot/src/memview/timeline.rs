@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::layout::{Lanes, escape, x_span};
 use super::{Band, DetailStep, FAMILY_COLOURS, LANES_H, LEFT, MemoryView};
-use crate::units::format_bytes;
+use basics::bytes::axis;
 
 impl MemoryView {
     /// The bands by address, each over its life clipped to `window`, the ones outside it
@@ -86,9 +86,9 @@ impl MemoryView {
                  stroke=\"#DC267F\" stroke-width=\"1.5\" stroke-dasharray=\"3 2\"{hidden}>\
                  <title>refused: {} for {} (the driver refused a page of {})</title></line>",
                 top + LANES_H,
-                format_bytes(r.bytes),
+                axis(r.bytes),
                 escape(&r.tensor),
-                format_bytes(r.page_bytes)
+                axis(r.page_bytes)
             );
         }
         out.push_str("</g>");
