@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use highwater::conform::conform;
 use highwater::{Backend, Checkpointing};
-use highwater_book::series::{self, Pools};
 use highwater_book::part1::verdict::surplus;
 use highwater_book::part1::wall;
+use highwater_book::series::{self, Pools};
 use highwater_book::{Book, BookError};
 
 fn fixture(name: &str) -> Book {

@@ -21,12 +21,12 @@
 //! Size: about 70 bytes of SVG and 40 of data per band. [`MemoryView::to_html`] draws at most
 //! [`MAX_BANDS`] bands; steps past that budget stay in the overview and are named as cut.
 
+mod bands;
 mod data;
 mod html;
 mod layout;
 mod overview;
 mod pages;
-mod timeline;
 
 /// Bands one view draws at most: about 1.3 MB of HTML.
 pub const MAX_BANDS: usize = 12_000;

@@ -1,4 +1,4 @@
-//! The timeline: the detailed steps' bands by address, the legend, step and refusal marks.
+//! The view's band panel: each detailed step's bands by address, the legend, the marks.
 
 use std::fmt::Write;
 
