@@ -189,7 +189,7 @@ impl Observer for Log<'_> {
             "device: total {} | free at start {} | cap {} | ballast {} | pool may take {}",
             show(d.total_bytes),
             show(d.free_at_start),
-            d.cap_bytes.map_or("none".into(), size),
+            d.cap_bytes.map_or("none".into(), show),
             show(d.ballast_bytes),
             show(d.pool_capacity),
         ));
