@@ -140,7 +140,7 @@ pub(crate) fn unused_items(prelude: &str, cells: &[&str]) -> Vec<(usize, String)
         }
     }
     (items.into_iter().zip(used))
-        .filter(|(item, used)| !used && !item.always)
+        .filter(|(item, used)| !used && !item.always && !item.import)
         .map(|(item, _)| (item.line, item.tokens))
         .collect()
 }
@@ -159,9 +159,18 @@ pub(crate) fn item_starts(code: &str) -> Vec<(usize, usize)> {
 
 /// Which of `items` `code` uses, directly or through other items.
 fn taken_by(items: &[Item], code: &str) -> Vec<bool> {
-    let mut used = idents(&code.parse().unwrap_or_default());
-    // What the cell declares itself (its own `use`s, types, functions) shadows the prelude's.
     let block = syn::parse_str::<syn::Block>(&format!("{{{code}}}"));
+    let mut used = match &block {
+        // A cell's own `use` names a path, not the prelude's items: only where it starts counts.
+        Ok(block) => (block.stmts.iter())
+            .flat_map(|stmt| match stmt {
+                syn::Stmt::Item(syn::Item::Use(u)) => use_root(&u.tree).into_iter().collect(),
+                other => idents(&other.to_token_stream()),
+            })
+            .collect(),
+        Err(_) => idents(&code.parse().unwrap_or_default()),
+    };
+    // What the cell declares itself (its own `use`s, types, functions) shadows the prelude's.
     for stmt in block.iter().flat_map(|b| &b.stmts) {
         if let syn::Stmt::Item(item) = stmt {
             for name in names(item).0 {
@@ -193,6 +202,9 @@ struct Item {
     names: HashSet<String>,
     /// Always taken: a glob import or an item whose names cannot be known.
     always: bool,
+    /// A `use`: whether one is needed cannot be read from the text (a trait is used through
+    /// its methods), so none is reported unused.
+    import: bool,
     /// Every identifier in it.
     uses: HashSet<String>,
     tokens: String,
@@ -211,6 +223,7 @@ impl Item {
             let tokens = normalized(stream.clone()).to_string();
             let uses = idents(&stream);
             return vec![Item {
+                import: false,
                 names,
                 always,
                 uses,
@@ -220,14 +233,22 @@ impl Item {
         };
         (use_paths(u).into_iter())
             .map(|path| {
-                let leaf = path
-                    .rsplit([' ', ':'])
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
+                // `a::b::{self}` brings in `b`.
+                let segments: Vec<&str> =
+                    path.split([' ', ':']).filter(|s| !s.is_empty()).collect();
+                let leaf = match segments.as_slice() {
+                    [.., parent, "self"] => parent.to_string(),
+                    [.., leaf] => leaf.to_string(),
+                    [] => String::new(),
+                };
                 Item {
+                    import: true,
                     always: leaf == "*",
-                    uses: path.split([' ', ':']).map(String::from).collect(),
+                    // Where the path starts: a prelude `mod` it reaches into, say.
+                    uses: (segments.iter().find(|s| **s != "use" && **s != "pub"))
+                        .map(|s| s.to_string())
+                        .into_iter()
+                        .collect(),
                     names: HashSet::from([leaf]),
                     tokens: path,
                     line,
@@ -281,17 +302,32 @@ fn names(item: &syn::Item) -> (HashSet<String>, bool) {
         }
         syn::Item::Use(i) => {
             let mut names = HashSet::new();
-            let glob = use_names(&i.tree, &mut names);
+            let glob = use_names(&i.tree, "", &mut names);
             (names, glob)
         }
         _ => (HashSet::new(), true),
     }
 }
 
-/// The names a `use` tree brings in; whether it holds a glob.
-fn use_names(tree: &syn::UseTree, names: &mut HashSet<String>) -> bool {
+/// The first segment of a `use` path (`a` of `a::b::{c, d}`), unless it is a group at the top.
+fn use_root(tree: &syn::UseTree) -> Option<String> {
     match tree {
-        syn::UseTree::Path(p) => use_names(&p.tree, names),
+        syn::UseTree::Path(p) => Some(p.ident.to_string()),
+        syn::UseTree::Name(n) => Some(n.ident.to_string()),
+        syn::UseTree::Rename(r) => Some(r.ident.to_string()),
+        syn::UseTree::Glob(_) | syn::UseTree::Group(_) => None,
+    }
+}
+
+/// The names a `use` tree brings in (`parent`: the path segment above it, which
+/// `{self}` names); whether it holds a glob.
+fn use_names(tree: &syn::UseTree, parent: &str, names: &mut HashSet<String>) -> bool {
+    match tree {
+        syn::UseTree::Path(p) => use_names(&p.tree, &p.ident.to_string(), names),
+        syn::UseTree::Name(n) if n.ident == "self" => {
+            names.insert(parent.to_string());
+            false
+        }
         syn::UseTree::Name(n) => {
             names.insert(n.ident.to_string());
             false
@@ -305,7 +341,7 @@ fn use_names(tree: &syn::UseTree, names: &mut HashSet<String>) -> bool {
             // Every branch names its imports, a glob or not.
             let mut glob = false;
             for tree in &g.items {
-                glob |= use_names(tree, names);
+                glob |= use_names(tree, parent, names);
             }
             glob
         }
@@ -433,11 +469,21 @@ const STEPS: u32 = 50;
     #[test]
     fn items_no_cell_uses_are_named_with_their_lines() {
         let unused = unused_items(PRELUDE, &["load(\"x\", 1)", "let q = Quiet;"]);
-        let lines: Vec<usize> = unused.iter().map(|(line, _)| *line).collect();
-        // `BTreeMap` and `Recipe` (lines 2 and 3), `STEPS` (line 13).
-        assert_eq!(lines, [2, 3, 13], "{unused:?}");
-        assert_eq!(unused[0].1, "use std::collections::BTreeMap");
+        // `STEPS`, line 13; never an import (`BTreeMap`, `Recipe` are not used either, but a
+        // trait is used through its methods: the text cannot tell).
+        assert_eq!(unused, [(13, "const STEPS : u32 = 50 ;".to_string())]);
         assert!(unused_items("fn broken(", &["1"]).is_empty());
+        let module = "use highwater_book::part1::{self, wall::{self}};\nfn f() {}";
+        assert_eq!(
+            used_prelude(module, "wall::runs()"),
+            ["use highwater_book::part1::wall::self"]
+        );
+        assert_eq!(used_prelude(module, "part1::x()").len(), 1);
+        let own = "use highwater_book::part1::wall::{self};\nwall::runs()";
+        assert!(
+            used_prelude(module, own).is_empty(),
+            "the cell's own `{{self}}` import shadows"
+        );
     }
 
     #[test]
