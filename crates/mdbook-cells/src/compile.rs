@@ -482,6 +482,10 @@ pub(crate) fn module_text(cell: &CellSource) -> (String, LineMap) {
     (text, map)
 }
 
+/// What [`unused_allowed`] puts before each shared item; a diagnostic's source line shows
+/// the chapter's text without it.
+const SHARED_ALLOW: &str = "#[allow(dead_code, unused_macros)] ";
+
 /// `code` (a chapter's shared items) with each item allowed to go unused: every cell's module
 /// holds them all, and each uses a few. (Items that no cell uses are the strict build's
 /// problem: see `lint`.) The attribute goes on the item's own first line, so line numbers stay.
@@ -495,7 +499,7 @@ fn unused_allowed(code: &str) -> String {
             .char_indices()
             .nth(column)
             .map_or(text.len(), |(i, _)| i);
-        text.insert_str(at, "#[allow(dead_code, unused_macros)] ");
+        text.insert_str(at, SHARED_ALLOW);
     }
     let mut out = lines.join("\n");
     if code.ends_with('\n') {
@@ -526,11 +530,20 @@ fn render_diagnostic(
         let _ = write!(out, "[{code}]");
     }
     let _ = writeln!(out, ": {}", diag["message"].as_str().unwrap_or_default());
+    // The line as the chapter has it: without the allowances put before shared items.
+    let source = span["text"].as_array().and_then(|t| t.first());
+    let line_text = source.and_then(|t| t["text"].as_str()).unwrap_or_default();
+    let before = |at: usize| {
+        let head: String = line_text.chars().take(at.saturating_sub(1)).collect();
+        head.matches(SHARED_ALLOW).count() * SHARED_ALLOW.chars().count()
+    };
+    let column = column - before(column);
     let _ = writeln!(out, "  --> {chapter}:{line}:{column}");
-    if let Some(text) = span["text"].as_array().and_then(|t| t.first()) {
-        let source = text["text"].as_str().unwrap_or_default();
+    if let Some(text) = source {
+        let source = line_text.replace(SHARED_ALLOW, "");
         let from = text["highlight_start"].as_u64().unwrap_or(1).max(1) as usize;
         let to = text["highlight_end"].as_u64().unwrap_or(from as u64 + 1) as usize;
+        let (from, to) = (from - before(from), to - before(to));
         let gutter = line.to_string().len();
         let label = span["label"].as_str().unwrap_or_default();
         let _ = writeln!(out, "{:gutter$} |", "");
