@@ -20,15 +20,20 @@ pub fn configurations_table(book: &Book) -> Result<Table, CellError> {
         "clone",
         "record_stream",
     ]);
+    // The experiments' configurations, each once, then the one the incident never tried.
     let mut seen = BTreeSet::new();
+    let mut rows = Vec::new();
     for e in book.experiments()? {
         let Some(name) = e.model else { continue };
-        if !seen.insert(name.clone()) {
-            continue;
+        if seen.insert(name.clone()) {
+            rows.push((e.name, name));
         }
+    }
+    rows.push(("(not tried in the incident)".into(), "record-stream".into()));
+    for (experiment, name) in rows {
         let c = book.graphrace_config(&name)?;
         t.push([
-            e.name,
+            experiment,
             format!("repro/graphrace/{name}.toml"),
             format!("{:?}", c.index_keys).to_lowercase(),
             format!("{:?}", c.mode).to_lowercase(),
@@ -38,17 +43,6 @@ pub fn configurations_table(book: &Book) -> Result<Table, CellError> {
             c.record_stream.to_string(),
         ]);
     }
-    let c = book.graphrace_config("record-stream")?;
-    t.push([
-        "(not tried in the incident)".to_string(),
-        "repro/graphrace/record-stream.toml".to_string(),
-        format!("{:?}", c.index_keys).to_lowercase(),
-        format!("{:?}", c.mode).to_lowercase(),
-        c.overlap.to_string(),
-        c.logits_cached.to_string(),
-        c.perturbing_clone.to_string(),
-        c.record_stream.to_string(),
-    ]);
     Ok(t)
 }
 

@@ -402,8 +402,9 @@ pub fn time_table(book: &Book, ps: &[Point]) -> Result<Table, CellError> {
     ];
     header.extend(arms.iter().map(|a| format!("GPU: {a}")));
     let mut t = Table::new(header);
+    let incident = book.graphrace_config("incident")?;
     for s in distinct(ps.iter().map(|p| p.sessions)) {
-        let c = Captured::new(&book.graphrace_config("incident")?, s)?;
+        let c = Captured::new(&incident, s)?;
         let spans = Replayer::new(&c.graph, still).schedule(Draw {
             seed: 0,
             trial: 0,
