@@ -205,11 +205,23 @@ mod tests {
         let mut names: Vec<String> = (text.lines())
             .filter(|l| !l.trim_start().starts_with("//"))
             .flat_map(|l| l.split("crate::").skip(1))
-            .map(|rest| {
-                rest.chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+            // `crate::{a, b::c}` names `a` and `b`; `crate::a::…` names `a`. (A group over
+            // several lines is not read: rustfmt keeps this crate's `use crate::{…}` on one.)
+            .flat_map(|rest| match rest.strip_prefix('{') {
+                Some(group) => group
+                    .split('}')
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .collect(),
+                None => vec![rest],
             })
-            .map(String::from_iter)
+            .map(|rest| {
+                (rest.trim().chars())
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            })
+            .filter(|name| !name.is_empty())
             .collect();
         names.sort();
         names.dedup();

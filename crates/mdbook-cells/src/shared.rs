@@ -231,6 +231,8 @@ impl Item {
                 line,
             }];
         };
+        // Where the paths start: a prelude `mod` they reach into, say.
+        let root: HashSet<String> = use_root(&u.tree).into_iter().collect();
         (use_paths(u).into_iter())
             .map(|path| {
                 // `a::b::{self}` brings in `b`.
@@ -244,11 +246,7 @@ impl Item {
                 Item {
                     import: true,
                     always: leaf == "*",
-                    // Where the path starts: a prelude `mod` it reaches into, say.
-                    uses: (segments.iter().find(|s| **s != "use" && **s != "pub"))
-                        .map(|s| s.to_string())
-                        .into_iter()
-                        .collect(),
+                    uses: root.clone(),
                     names: HashSet::from([leaf]),
                     tokens: path,
                     line,
@@ -479,6 +477,12 @@ const STEPS: u32 = 50;
             ["use highwater_book::part1::wall::self"]
         );
         assert_eq!(used_prelude(module, "part1::x()").len(), 1);
+        // A `use` with a visibility or an attribute still reaches into the prelude's `mod`.
+        for import in ["pub(crate) use m::x;", "#[cfg(all())] use m::x;"] {
+            let prelude = format!("mod m {{ pub fn x() {{}} }}\n{import}");
+            assert_eq!(used_prelude(&prelude, "x()").len(), 2, "{import}");
+            assert!(unused_items(&prelude, &["x()"]).is_empty(), "{import}");
+        }
         let own = "use highwater_book::part1::wall::{self};\nwall::runs()";
         assert!(
             used_prelude(module, own).is_empty(),
