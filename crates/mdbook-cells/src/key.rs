@@ -112,7 +112,7 @@ pub(crate) struct Memo {
     now: Remembered,
 }
 
-#[derive(Default, Serialize, Deserialize)]
+#[derive(Default, PartialEq, Serialize, Deserialize)]
 struct Remembered {
     /// Digest of each file by path, with the stamp it had.
     files: HashMap<PathBuf, (Stamp, String)>,
@@ -155,9 +155,12 @@ impl Memo {
     }
 
     /// Keeps what this build used, for the next one (atomically: a build running beside this
-    /// one sees either memo whole).
+    /// one sees either memo whole). A rebuild with nothing changed writes nothing.
     pub(crate) fn save(&self) {
         let Some(path) = &self.path else { return };
+        if self.now == self.before {
+            return;
+        }
         let Ok(bytes) = serde_json::to_vec(&self.now) else {
             return;
         };
@@ -260,6 +263,14 @@ mod tests {
             "the memo changes no digest"
         );
         memo.save();
+        // Nothing changed: the memo is not written again.
+        let written = || std::fs::metadata(&memo_file).unwrap().modified().unwrap();
+        let before = written();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut again = Memo::open(memo_file.clone());
+        assert_eq!(digest(&mut again), first);
+        again.save();
+        assert_eq!(written(), before, "an unchanged memo is left as it is");
 
         // Same size, same time: the memo's digest stands (the content is not read again).
         write_at(&dir.join("data/a.txt"), "two", 60);

@@ -54,6 +54,7 @@ pub use types::{CellEntry, Compilation, Document, Problem, Report, Source, Statu
 
 use config::Config;
 use config::GpuMode;
+use outcome::Fault;
 use render::Shown;
 use std::path::Path;
 
@@ -78,8 +79,8 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
             source: r.source.clone(),
             status: match &r.shown {
                 Shown::Failure { expected: true, .. } => Status::ExpectedFailure,
-                Shown::Failure { label, .. } => Status::Failed(label.clone()),
-                Shown::Note(_) => Status::Failed("no output".into()),
+                Shown::Failure { fault, .. } => Status::Failed(*fault),
+                Shown::Note(_) => Status::Failed(Fault::NeverRecorded),
                 _ => Status::Ok,
             },
         })

@@ -112,6 +112,61 @@ impl FailureKind {
     }
 }
 
+/// Why a cell shows a failure where its output would be: one reason, typed from where the build
+/// finds it to the page and the report that say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Found before it could run: its options, an id another cell took, a chapter's second
+    /// prelude or parameters cell, a parameter that cannot be set.
+    BadCell,
+    /// Its chapter's parameters cell is in error, so none of the chapter's cells run.
+    ParametersInError,
+    /// The chapter's code its cells share did not compile (shown on that cell).
+    SharedCode(SharedPart),
+    /// It ran, in this build or an earlier one, and failed so.
+    Ran(FailureKind),
+    /// It is marked `expect-fail` and succeeded.
+    Succeeded,
+    /// Nothing ran it and no freeze stands in for it.
+    NotRun,
+    /// A GPU cell never recorded on a GPU: a note stands where its output would be.
+    NeverRecorded,
+}
+
+/// Which of a chapter's shared cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedPart {
+    /// Its `prelude`.
+    Prelude,
+    /// Its `parameters`.
+    Parameters,
+}
+
+impl SharedPart {
+    /// The cell's option: `prelude`, `parameters`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SharedPart::Prelude => "prelude",
+            SharedPart::Parameters => "parameters",
+        }
+    }
+}
+
+impl Fault {
+    /// How the page and the report label it, in a few words.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fault::BadCell => "bad cell options",
+            Fault::ParametersInError | Fault::NotRun => "not run",
+            Fault::SharedCode(SharedPart::Prelude) => "the prelude did not compile",
+            Fault::SharedCode(SharedPart::Parameters) => "the parameters did not compile",
+            Fault::Ran(kind) => kind.label(),
+            Fault::Succeeded => "expected a failure",
+            Fault::NeverRecorded => "no output",
+        }
+    }
+}
+
 /// What a cell came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {

@@ -4,11 +4,13 @@
 use crate::config::{Config, GpuMode};
 use crate::freeze;
 use crate::key::{KeyHasher, Memo};
+use crate::outcome::SharedPart;
 use crate::params::{self, Overrides, Param};
 use crate::parse::{self, CellBlock, OptionError, Segment};
 use crate::render::{self, Label, Labels};
 use crate::types::{Document, Problem};
 use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the generated code or the stored format changes meaning.
@@ -30,9 +32,42 @@ pub(crate) struct PlannedCell {
     /// Its figure or table label, unless it has no id or another cell took it first.
     pub(crate) label: Option<Label>,
     /// What is wrong with it before it runs (its options, a second prelude, a taken id).
-    pub(crate) errors: Vec<String>,
-    /// Why a cell with nothing wrong of its own is not run (its chapter's parameters are).
-    pub(crate) blocked: Option<String>,
+    pub(crate) errors: Vec<CellError>,
+    /// A cell with nothing wrong of its own is not run when its chapter's parameters are in
+    /// error: that cell's line.
+    pub(crate) blocked: Option<usize>,
+}
+
+/// Something wrong with a cell, found before it could run.
+#[derive(Debug, Clone)]
+pub(crate) enum CellError {
+    /// An option, or where the cell stands (`parse` finds these).
+    Option(OptionError),
+    /// A chapter's second prelude or parameters cell.
+    SecondShared(SharedPart),
+    /// A parameter that cannot be set, at its chapter line.
+    Parameter { line: usize, why: String },
+    /// An id another cell took first: that cell's label and page.
+    IdTaken { id: String, by: Label },
+}
+
+impl fmt::Display for CellError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CellError::Option(e) => e.fmt(f),
+            CellError::SecondShared(part) => {
+                write!(f, "a chapter has one {} cell; merge them", part.name())
+            }
+            CellError::Parameter { line, why } => write!(f, "line {line}: {why}"),
+            CellError::IdTaken { id, by } => {
+                write!(
+                    f,
+                    "id `{id}` is already used by {} ({})",
+                    by.name, by.html_path
+                )
+            }
+        }
+    }
 }
 
 /// Where a GPU cell's freeze is, and the hash of its inputs a current freeze carries.
@@ -85,7 +120,7 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMod
             (chapter.segments, chapter.misplaced)
         })
         .unzip();
-    let mut errors: HashMap<(usize, usize), Vec<String>> = HashMap::new();
+    let mut errors: HashMap<(usize, usize), Vec<CellError>> = HashMap::new();
     let overrides = Overrides::new(&config.parameters, std::env::vars());
     let Shared {
         code: preludes,
@@ -110,15 +145,15 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMod
         let mut gpu_cells = 0;
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
-            let mut cell_errors: Vec<String> =
-                c.option_errors.iter().map(|e| e.to_string()).collect();
+            let mut cell_errors: Vec<CellError> = c
+                .option_errors
+                .iter()
+                .cloned()
+                .map(CellError::Option)
+                .collect();
             cell_errors.extend(errors.remove(&(d, s)).unwrap_or_default());
             let shared = c.options.prelude || c.options.parameters;
-            let blocked = broken[d]
-                .filter(|_| !shared && cell_errors.is_empty())
-                .map(|line| {
-                    format!("this chapter's parameters (line {line}) are in error: shown there")
-                });
+            let blocked = broken[d].filter(|_| !shared && cell_errors.is_empty());
             let valid = !shared && cell_errors.is_empty() && blocked.is_none();
             let reads = valid.then(|| read_digests(root, c, &mut trees, &mut memo));
             let inputs = reads
@@ -178,7 +213,7 @@ struct Shared {
 fn find_shared(
     chapters: &[Vec<Segment>],
     overrides: &Overrides,
-    errors: &mut HashMap<(usize, usize), Vec<String>>,
+    errors: &mut HashMap<(usize, usize), Vec<CellError>>,
 ) -> Shared {
     let mut shared = vec![Vec::new(); chapters.len()];
     let mut params = vec![Vec::new(); chapters.len()];
@@ -187,14 +222,14 @@ fn find_shared(
         let (mut parameters, mut prelude) = (None, None);
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
-            let (slot, name) = match (c.options.parameters, c.options.prelude) {
-                (true, false) => (&mut parameters, "parameters"),
-                (false, true) => (&mut prelude, "prelude"),
+            let (slot, part) = match (c.options.parameters, c.options.prelude) {
+                (true, false) => (&mut parameters, SharedPart::Parameters),
+                (false, true) => (&mut prelude, SharedPart::Prelude),
                 _ => continue,
             };
             if slot.is_some() {
-                let why = format!("a chapter has one {name} cell; merge them");
-                errors.entry((d, s)).or_default().push(why);
+                let error = CellError::SecondShared(part);
+                errors.entry((d, s)).or_default().push(error);
                 continue;
             }
             let code = if c.options.parameters {
@@ -202,9 +237,10 @@ fn find_shared(
                 params[d] = declared;
                 if !problems.is_empty() {
                     broken[d] = Some(c.fence_line);
-                    let lines = problems
-                        .into_iter()
-                        .map(|(line, why)| format!("line {}: {why}", c.code_line + line));
+                    let lines = (problems.into_iter()).map(|(line, why)| CellError::Parameter {
+                        line: c.code_line + line,
+                        why,
+                    });
                     errors.entry((d, s)).or_default().extend(lines);
                     continue;
                 }
@@ -252,7 +288,7 @@ fn unknown_parameters(overrides: &Overrides, params: &[Vec<Param>]) -> Vec<Probl
 fn number_labels(
     docs: &[Document],
     chapters: &[Vec<Segment>],
-    errors: &mut HashMap<(usize, usize), Vec<String>>,
+    errors: &mut HashMap<(usize, usize), Vec<CellError>>,
 ) -> (Labels, HashMap<(usize, usize), Label>) {
     let mut labels = Labels::new();
     let mut label_of = HashMap::new();
@@ -262,10 +298,10 @@ fn number_labels(
             let Segment::Cell(c) = seg else { continue };
             let Some(id) = &c.options.id else { continue };
             if let Some(first) = labels.get(id) {
-                errors.entry((d, s)).or_default().push(format!(
-                    "id `{id}` is already used by {} ({})",
-                    first.name, first.html_path
-                ));
+                errors.entry((d, s)).or_default().push(CellError::IdTaken {
+                    id: id.clone(),
+                    by: first.clone(),
+                });
                 continue;
             }
             let n = counts.entry(&id[..4]).or_insert(0);

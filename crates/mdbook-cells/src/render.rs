@@ -1,6 +1,6 @@
 //! Turning a cell and its outcome into the markdown and HTML the chapter shows.
 
-use crate::outcome::{Outcome, OutputKind, Stored};
+use crate::outcome::{Fault, Outcome, OutputKind, Stored};
 use crate::parse::{CellBlock, CellOptions, Evidence};
 use cell_output::escape;
 use std::collections::HashMap;
@@ -13,8 +13,8 @@ pub enum Shown {
     Output(Stored),
     /// The cell failed; `expected` when that is its point.
     Failure {
-        /// How it failed, in a few words (`compile error`).
-        label: String,
+        /// Why.
+        fault: Fault,
         /// The failure's text (a compiler diagnostic, a panic message).
         message: String,
         /// What it printed before it failed.
@@ -213,11 +213,16 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
             out.push_str(&output_html(stored, caption));
         }
         Shown::Failure {
-            label,
+            fault,
             message,
             stdout,
             expected,
         } => {
+            let label = if *expected {
+                format!("expected failure ({})", fault.label())
+            } else {
+                fault.label().to_string()
+            };
             if !stdout.is_empty() {
                 out.push_str(&pre("cell-stdout", stdout));
             }
@@ -229,7 +234,7 @@ fn shown_html(shown: &Shown, caption: Option<&str>) -> String {
             let _ = writeln!(
                 out,
                 "<div class=\"{class}\"><div class=\"cell-error-label\">{}</div><pre>{}</pre></div>",
-                one_line(label),
+                one_line(&label),
                 pre_text(message.trim_end())
             );
             out.push_str(&caption_p(caption));
@@ -360,6 +365,7 @@ pub fn references(prose: &str, labels: &Labels, from_html: &str) -> (String, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::FailureKind;
 
     fn labels() -> Labels {
         HashMap::from([
@@ -439,7 +445,7 @@ mod tests {
     #[test]
     fn failures_with_blank_lines_stay_inside_their_html_block() {
         let shown = Shown::Failure {
-            label: "panicked".into(),
+            fault: Fault::Ran(FailureKind::Panic),
             message: "boom\n\n  \nstderr:\r\rthread 'main' <x>".into(),
             stdout: "a\n\nb\n".into(),
             expected: false,

@@ -176,7 +176,7 @@ fn status(status: &Status) -> String {
     match status {
         Status::Ok => "ok".into(),
         Status::ExpectedFailure => "failed, as expected".into(),
-        Status::Failed(label) => format!("FAILED: {label}"),
+        Status::Failed(fault) => format!("FAILED: {}", fault.label()),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::build::{BuildStats, Built, Got};
 use crate::config::GpuMode;
-use crate::outcome::{FailureKind, Outcome, OutputKind, Stored};
+use crate::outcome::{FailureKind, Fault, Outcome, OutputKind, SharedPart, Stored};
 use crate::params::Param;
 use crate::parse::CellBlock;
 use crate::plan::{Plan, PlannedCell};
@@ -85,10 +85,11 @@ fn resolve_cell(
 ) -> Resolution {
     let mut problems = Vec::new();
     let (shown, source) = if !f.errors.is_empty() {
-        let shown = failed("bad cell options", f.errors.join("\n"));
-        (shown, Source::NotRun)
-    } else if let Some(why) = &f.blocked {
-        (failed("not run", why.clone()), Source::NotRun)
+        let errors: Vec<String> = f.errors.iter().map(ToString::to_string).collect();
+        (failed(Fault::BadCell, errors.join("\n")), Source::NotRun)
+    } else if let Some(line) = f.blocked {
+        let why = format!("this chapter's parameters (line {line}) are in error: shown there");
+        (failed(Fault::ParametersInError, why), Source::NotRun)
     } else if c.options.prelude || c.options.parameters {
         let lines = c.code_line..c.code_line + c.code.lines().count();
         let errors: Vec<&str> = (shared.errors.iter())
@@ -96,12 +97,12 @@ fn resolve_cell(
             .map(|(_, text)| text.as_str())
             .collect();
         let shown = if !errors.is_empty() {
-            let what = if c.options.prelude {
-                "prelude"
+            let part = if c.options.prelude {
+                SharedPart::Prelude
             } else {
-                "parameters"
+                SharedPart::Parameters
             };
-            failed(&format!("the {what} did not compile"), errors.join("\n\n"))
+            failed(Fault::SharedCode(part), errors.join("\n\n"))
         } else if c.options.parameters {
             Shown::Output(Stored::of(Outcome::Value {
                 kind: OutputKind::Table,
@@ -118,11 +119,11 @@ fn resolve_cell(
         problems.extend(problem);
         (shown, source)
     } else {
-        let shown = failed("not run", "the cell was not run".into());
+        let shown = failed(Fault::NotRun, "the cell was not run".into());
         (shown, Source::NotRun)
     };
     if let Shown::Failure {
-        label,
+        fault,
         message,
         expected: false,
         ..
@@ -132,7 +133,7 @@ fn resolve_cell(
         problems.push(Problem {
             file: chapter.to_string(),
             line: first_line_number(message, chapter).unwrap_or(c.fence_line),
-            reason: format!("{label}: {first}"),
+            reason: format!("{}: {first}", fault.label()),
         });
     }
     Resolution {
@@ -163,9 +164,9 @@ fn parameters_table(params: &[Param]) -> String {
     table.to_html()
 }
 
-fn failed(label: &str, message: String) -> Shown {
+fn failed(fault: Fault, message: String) -> Shown {
     Shown::Failure {
-        label: label.into(),
+        fault,
         message,
         stdout: String::new(),
         expected: false,
@@ -177,24 +178,17 @@ fn shown_for(cell: &CellBlock, stored: Stored) -> Shown {
     let expected = cell.options.expect_fail;
     let Outcome::Failed { kind, message } = &stored.outcome else {
         if expected {
-            return failed(
-                "expected a failure",
-                "this cell is marked `expect-fail` but it succeeded".into(),
-            );
+            let why = "this cell is marked `expect-fail` but it succeeded";
+            return failed(Fault::Succeeded, why.into());
         }
         return Shown::Output(stored);
     };
-    let label = kind.label();
     let mut message = message.clone();
     if !stored.stderr.is_empty() && *kind != FailureKind::Compile {
         message = format!("{message}\n\nstderr:\n{}", stored.stderr.trim_end());
     }
     Shown::Failure {
-        label: if expected {
-            format!("expected failure ({label})")
-        } else {
-            label.into()
-        },
+        fault: Fault::Ran(*kind),
         message,
         stdout: stored.stdout,
         expected,

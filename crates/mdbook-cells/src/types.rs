@@ -1,5 +1,7 @@
 //! What goes into a build and what comes out of it: chapters, problems, and the report.
 
+use crate::outcome::Fault;
+
 use std::fmt;
 use std::time::Duration;
 
@@ -78,8 +80,8 @@ pub enum Status {
     Ok,
     /// It failed, as its `expect-fail` says it should.
     ExpectedFailure,
-    /// It failed, or shows a note instead of output: the label says how.
-    Failed(String),
+    /// It failed, or shows a note instead of output: why.
+    Failed(Fault),
 }
 
 /// One cell of the book, as the build saw it (the execution report's row).

@@ -6,7 +6,7 @@
 use mdbook_cells::cache::Cache;
 use mdbook_cells::config::Config;
 use mdbook_cells::freeze;
-use mdbook_cells::outcome::{Outcome, OutputKind, Stored};
+use mdbook_cells::outcome::{FailureKind, Fault, Outcome, OutputKind, Stored};
 use mdbook_cells::parse::{self, Segment};
 use mdbook_cells::render::{self, Label, Labels, Shown};
 use snapshots::fuzz::{self, Budget, Verdict};
@@ -81,7 +81,7 @@ fn fuzz_chapters() {
                         },
                     };
                     let failure = Shown::Failure {
-                        label: "panicked".into(),
+                        fault: Fault::Ran(FailureKind::Panic),
                         message: cell.code.clone(),
                         stdout: cell.code.clone(),
                         expected: false,
