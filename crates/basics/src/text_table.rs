@@ -94,6 +94,20 @@ mod tests {
     }
 
     #[test]
+    fn short_rows_leave_cells_empty_and_long_rows_lose_theirs() {
+        let t = render(
+            &[("a", Align::Left), ("b", Align::Right), ("c", Align::Left)],
+            &[
+                vec!["x".into()],
+                vec!["y".into(), "22".into(), "z".into(), "dropped".into()],
+            ],
+            Rule::Dashed,
+        );
+        assert_eq!(t, "a   b  c\n-  --  -\nx\ny  22  z");
+        assert!(!t.contains("dropped"));
+    }
+
+    #[test]
     fn no_rows_leave_the_header() {
         let t = render(&[("kernel", Align::Left)], &[], Rule::None);
         assert_eq!(t, "kernel");

@@ -115,11 +115,7 @@ impl CardProfile {
     pub fn with_memory(&self, total_bytes: u64) -> CardProfile {
         let context = self.total_bytes.saturating_sub(self.free_at_start);
         let mut card = CardProfile {
-            gpu: format!(
-                "{} with {:.2} GiB",
-                self.gpu,
-                total_bytes as f64 / (1u64 << 30) as f64
-            ),
+            gpu: format!("{} with {}", self.gpu, basics::bytes::show(total_bytes)),
             total_bytes,
             free_at_start: total_bytes.saturating_sub(context),
             ..self.clone()

@@ -80,12 +80,14 @@ impl Finding {
     }
 }
 
-/// `29.6 MiB (31027200 B)`: readable, and exact for matching against a log.
+/// `29.59 MiB (31027200 B)`: the project's byte policy ([`basics::bytes::show`]), then the count
+/// whole and ungrouped, to search a log for.
 pub(crate) fn readable_bytes(b: u64) -> String {
-    match b {
-        0..1024 => format!("{b} B"),
-        1024..1048576 => format!("{:.1} KiB ({b} B)", b as f64 / 1024.0),
-        _ => format!("{:.1} MiB ({b} B)", b as f64 / 1048576.0),
+    let shown = basics::bytes::show(b);
+    if b < 1024 {
+        shown
+    } else {
+        format!("{shown} ({b} B)")
     }
 }
 
@@ -275,7 +277,7 @@ mod tests {
         assert_eq!(
             text,
             [
-                "race: reuse of 8.0 MiB (8388608 B) at +0x0: consume reads `scratch` on side, unordered with produce writes `out` on main",
+                "race: reuse of 8 MiB (8388608 B) at +0x0: consume reads `scratch` on side, unordered with produce writes `out` on main",
                 "latent: `scratch` goes back to main's pool before consume reads `scratch` on side is ordered, and the use is not recorded",
             ]
         );

@@ -16,6 +16,11 @@ pub fn gpu_query(fields: &[&str]) -> Option<Vec<String>> {
         &format!("--query-gpu={}", fields.join(",")),
         "--format=csv,noheader",
     ])?;
+    first_gpu(&stdout)
+}
+
+/// The first line of `--format=csv,noheader` output, split at commas and trimmed.
+fn first_gpu(stdout: &str) -> Option<Vec<String>> {
     // One line per GPU: the first is the one the records name.
     let line = stdout.lines().next()?.trim();
     if line.is_empty() {
@@ -106,6 +111,26 @@ mod tests {
         assert_eq!(now.len(), "YYYY-MM-DDTHH:MM:SSZ".len(), "{now}");
         assert!(now.as_str() > "2025", "{now}");
         assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+    }
+
+    #[test]
+    fn a_query_reads_the_first_gpus_line() {
+        let two = "NVIDIA H200, 570.133.20, 143771 MiB\nNVIDIA H200, 570.133.20, [N/A]\n";
+        assert_eq!(
+            first_gpu(two),
+            Some(vec![
+                "NVIDIA H200".into(),
+                "570.133.20".into(),
+                "143771 MiB".into()
+            ])
+        );
+        // Values stay as printed, empty ones too: what stands in for them is the caller's.
+        assert_eq!(
+            first_gpu(" , [N/A]\n"),
+            Some(vec![String::new(), "[N/A]".into()])
+        );
+        assert_eq!(first_gpu(""), None);
+        assert_eq!(first_gpu("   \nNVIDIA H200\n"), None);
     }
 
     #[test]
