@@ -133,6 +133,22 @@ impl Graph {
         &self.tensors[t.0].name
     }
 
+    /// The tensors whose bytes overlap those of the tensor named `name`, itself left out, in the
+    /// program's order; empty when no placed tensor has that name.
+    pub fn sharing_bytes_with(&self, name: &str) -> Vec<TensorId> {
+        let placed = |i: usize| self.placements[i].as_ref().map(|p| p.range.clone());
+        let Some((k, kr)) = (self.tensors.iter())
+            .position(|t| t.name == name)
+            .and_then(|k| Some((k, placed(k)?)))
+        else {
+            return vec![];
+        };
+        (0..self.tensors.len())
+            .filter(|&i| i != k && placed(i).is_some_and(|r| r.start < kr.end && kr.start < r.end))
+            .map(TensorId)
+            .collect()
+    }
+
     /// Where and when `t` lived; panics for a pool tensor never allocated (no kernel accesses
     /// one).
     pub fn placement(&self, t: TensorId) -> &Placement {
@@ -292,6 +308,22 @@ mod tests {
         fixed_us: 1.0,
         per_session_us: 0.0,
     };
+
+    #[test]
+    fn a_freed_block_is_shared_with_the_tensor_that_reuses_it() {
+        let mut p = Program::new(1);
+        let a = p.alloc("a", Main, 4096);
+        let b = p.alloc("b", Main, 4096);
+        p.launch("m1", Main, C, &[], &[a, b]);
+        p.free(a);
+        let c = p.alloc("c", Main, 4096);
+        p.launch("m2", Main, C, &[b], &[c]);
+        let g = capture(&p).unwrap();
+        assert_eq!(g.sharing_bytes_with("a"), vec![c]);
+        assert_eq!(g.sharing_bytes_with("c"), vec![a]);
+        assert!(g.sharing_bytes_with("b").is_empty());
+        assert!(g.sharing_bytes_with("nothing").is_empty());
+    }
 
     #[test]
     fn clocks_follow_fork_and_join() {

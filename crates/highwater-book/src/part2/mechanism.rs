@@ -165,11 +165,8 @@ pub struct Placed {
 pub fn pool_layout(g: &Graph) -> Result<Vec<Placed>, CellError> {
     let k = g.tensors.iter().position(|t| t.name == "index_k");
     let k = k.ok_or("the step has no index_k")?;
-    let kr = g.placements[k]
-        .as_ref()
-        .ok_or("index_k not placed")?
-        .range
-        .clone();
+    g.placements[k].as_ref().ok_or("index_k not placed")?;
+    let sharing = g.sharing_bytes_with("index_k");
     let mut placed = vec![];
     for (i, t) in g.tensors.iter().enumerate() {
         let Some(p) = &g.placements[i] else { continue };
@@ -180,7 +177,7 @@ pub fn pool_layout(g: &Graph) -> Result<Vec<Placed>, CellError> {
             tensor: t.name.clone(),
             stream: p.stream,
             range: p.range.clone(),
-            shares_with_index_k: i != k && p.range.start < kr.end && kr.start < p.range.end,
+            shares_with_index_k: sharing.contains(&TensorId(i)),
         });
     }
     Ok(placed)

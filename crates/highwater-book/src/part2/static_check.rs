@@ -25,15 +25,44 @@ pub struct Sweep {
 
 /// The static check of `config`'s graph captured at every session count of `sessions`.
 pub fn sweep(config: &Config, sessions: RangeInclusive<u32>) -> Result<Sweep, CellError> {
+    sweep_each(config, sessions, |_, _| {})
+}
+
+/// [`sweep`], and a load test over the same captured graphs: the session counts at which
+/// replaying under `timing` and `workload` corrupted at least one session, what a load test
+/// sees against what the check finds without replaying.
+pub fn sweep_and_load_test(
+    config: &Config,
+    sessions: RangeInclusive<u32>,
+    timing: Timing,
+    workload: Workload,
+) -> Result<(Sweep, Vec<u32>), CellError> {
+    let mut corrupted = vec![];
+    let check = sweep_each(config, sessions, |s, captured| {
+        if captured.rate(timing, workload).corrupted > 0 {
+            corrupted.push(s);
+        }
+    })?;
+    Ok((check, corrupted))
+}
+
+/// [`sweep`], handing each session count's captured graph to `each` as well.
+fn sweep_each(
+    config: &Config,
+    sessions: RangeInclusive<u32>,
+    mut each: impl FnMut(u32, &Captured),
+) -> Result<Sweep, CellError> {
     let mut out = Sweep::default();
     for s in sessions {
-        let report = Captured::new(config, s)?.check();
+        let captured = Captured::new(config, s)?;
+        let report = captured.check();
         if report.races().next().is_some() {
             out.races.push(s);
         }
         if report.findings.iter().any(|f| !f.is_race()) {
             out.latent.push(s);
         }
+        each(s, &captured);
     }
     Ok(out)
 }
@@ -68,20 +97,8 @@ pub fn small_transient(
 /// The tensors of `graph` that share bytes with the transient `index_k`, in the program's
 /// order; empty if the step has no `index_k`.
 pub fn on_transient(graph: &graphrace::Graph) -> Vec<String> {
-    let Some(k) = graph.tensors.iter().position(|t| t.name == "index_k") else {
-        return vec![];
-    };
-    let Some(kr) = graph.placements[k].as_ref().map(|p| p.range.clone()) else {
-        return vec![];
-    };
-    (graph.tensors.iter().enumerate())
-        .filter(|(i, _)| {
-            *i != k
-                && graph.placements[*i]
-                    .as_ref()
-                    .is_some_and(|p| p.range.start < kr.end && kr.start < p.range.end)
-        })
-        .map(|(_, t)| t.name.clone())
+    (graph.sharing_bytes_with("index_k").into_iter())
+        .map(|t| graph.tensor_name(t).to_string())
         .collect()
 }
 
@@ -91,24 +108,6 @@ pub fn older_layout(config: &Config, sessions: u32) -> Result<graphrace::Graph, 
     let program = graphrace::decode_step(config, sessions);
     graphrace::capture::capture_with(&program, graphrace::pool::Rules::Rounded2MiB)
         .map_err(|e| e.to_string().into())
-}
-
-/// The session counts of `sessions` at which replaying `config`'s graph under `timing` and
-/// `workload` corrupted at least one session: what a load test sees, against what the check
-/// finds ([`sweep`]) without replaying.
-pub fn corrupted_in_replay(
-    config: &Config,
-    sessions: RangeInclusive<u32>,
-    timing: Timing,
-    workload: Workload,
-) -> Result<Vec<u32>, CellError> {
-    let mut seen = vec![];
-    for s in sessions {
-        if Captured::new(config, s)?.rate(timing, workload).corrupted > 0 {
-            seen.push(s);
-        }
-    }
-    Ok(seen)
 }
 
 /// One row of the chapter's table of the graphs CUDA built: the driver's graph `g` beside the
@@ -391,8 +390,7 @@ mod tests {
             ..Workload::default()
         };
         let (sessions, timing) = (1..=64, Timing::default());
-        let check = sweep(&config, sessions.clone()).unwrap();
-        let seen = corrupted_in_replay(&config, sessions, timing, load_test).unwrap();
+        let (check, seen) = sweep_and_load_test(&config, sessions, timing, load_test).unwrap();
         // Every collision is flagged; the load test misses races timing leaves room for.
         assert!(!seen.is_empty(), "{check:?}");
         assert!(
