@@ -224,13 +224,21 @@ impl Book {
         dir: &str,
         name: &str,
     ) -> Result<(T, Vec<T>), BookError> {
+        let repeats = self.repeats_in(dir, name)?;
+        Ok((self.json(format!("{dir}/{name}.json"))?, repeats))
+    }
+
+    /// The repeats of `DIR/NAME.json` alone (`DIR/repeats/*/NAME.json`, in directory order).
+    pub(crate) fn repeats_in<T: DeserializeOwned>(
+        &self,
+        dir: &str,
+        name: &str,
+    ) -> Result<Vec<T>, BookError> {
         let mut dirs = entries(&self.path(format!("{dir}/repeats")))?;
         dirs.retain(|p| p.is_dir());
-        let repeats = dirs
-            .iter()
+        dirs.iter()
             .map(|d| json_at(&d.join(format!("{name}.json"))))
-            .collect::<Result<_, _>>()?;
-        Ok((self.json(format!("{dir}/{name}.json"))?, repeats))
+            .collect()
     }
 
     /// Every run `highwater rerun` recorded (`repro/results/rerun-*.json`), by name (the file

@@ -7,6 +7,7 @@ use highwater::recipe::written_name;
 use highwater::trace::Phase;
 use highwater::{Backend, Checkpointing, simulate};
 
+use crate::part1::wall;
 use crate::{Book, BookError, bytes};
 
 pub mod stand_in;
@@ -78,20 +79,8 @@ impl Account {
         let mut wall = Vec::new();
         for name in LATE_KILLERS {
             let mut steps = Vec::new();
-            for r in runs
-                .iter()
-                .filter(|r| crate::part1::wall::candidate(r) == name)
-            {
-                let step = r
-                    .died
-                    .as_ref()
-                    .ok_or_else(|| refused("a late killer survived"))?
-                    .step;
-                let dry = book.wall_prediction(&format!("{name}-s{}", r.seed))?;
-                if dry.died_at != Some(step) {
-                    return Err(refused("the dry run missed a late killer's step"));
-                }
-                steps.push(step);
+            for r in runs.iter().filter(|r| wall::candidate(r) == name) {
+                steps.push(wall::predicted_death(book, r)?.step);
             }
             if steps.windows(2).any(|w| w[0] != w[1]) {
                 return Err(refused("a late killer died at different steps"));

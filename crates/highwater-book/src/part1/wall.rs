@@ -2,7 +2,7 @@
 //! and the dry run's predictions of them (`scripts/wall-predict`).
 
 use cell_output::{CellError, Table};
-use highwater::conform::RerunRecord;
+use highwater::conform::{MeasuredDeath, RerunRecord};
 use highwater::recipe::written_name;
 use highwater::{Checkpointing, RunReport};
 
@@ -166,6 +166,26 @@ pub fn grows_table(book: &Book) -> Result<Table, CellError> {
     Ok(t)
 }
 
+/// The capped H200 run `r`'s death, held to the dry run's prediction for its candidate and seed:
+/// an error if it survived or the dry run names another step (the text says the dry run
+/// predicts every death step exactly).
+pub fn predicted_death<'r>(
+    book: &Book,
+    r: &'r RerunRecord,
+) -> Result<&'r MeasuredDeath, BookError> {
+    let name = candidate(r);
+    let refused = |why: String| BookError::Refused(format!("{name} s{}: {why}", r.seed));
+    let death = (r.died.as_ref()).ok_or_else(|| refused("survived".into()))?;
+    let dry = book.wall_prediction(&format!("{name}-s{}", r.seed))?;
+    if dry.died_at != Some(death.step) {
+        let (step, dry) = (death.step, dry.died_at);
+        return Err(refused(format!(
+            "died in step {step} on the H200, but the dry run says {dry:?}"
+        )));
+    }
+    Ok(death)
+}
+
 /// *Deaths on the capped card*: one row per candidate of the capped H200 runs, each seed's
 /// death (step, phase, page refused, failure) merged across seeds ([`merge_seeds`]), and the
 /// dry run's step, checked equal to the H200's for every seed, as the text claims.
@@ -186,16 +206,7 @@ pub fn deaths_table(book: &Book) -> Result<Table, CellError> {
         let (mut step, mut phase, mut page, mut fail) = (vec![], vec![], vec![], vec![]);
         let mut seeds = Vec::new();
         for r in runs.iter().filter(|r| candidate(r) == name) {
-            let gpu = r
-                .died
-                .as_ref()
-                .ok_or(format!("{name} s{}: survived", r.seed))?;
-            let dry = book.wall_prediction(&format!("{name}-s{}", r.seed))?;
-            assert_eq!(
-                dry.died_at,
-                Some(gpu.step),
-                "the text: the dry run predicts every death step exactly"
-            );
+            let gpu = predicted_death(book, r)?;
             let s = r.seed;
             seeds.push(s);
             step.push((s, format!("step {}", gpu.step)));

@@ -7,7 +7,7 @@ use cell_output::{CellError, Markdown};
 use graphrace::driver::{self, Comparison, DriverGraph, Witness};
 use graphrace::program::Op;
 use graphrace::suite::{Judged, SuiteRecord, Verdict};
-use graphrace::{Captured, Config, Graph, Program, Stream, Timing, Workload};
+use graphrace::{Captured, Config, Program, Stream, Timing, Workload};
 use highwater_plot::{Lane, Mark, Timeline};
 
 use crate::Book;
@@ -110,16 +110,44 @@ pub fn older_layout(config: &Config, sessions: u32) -> Result<graphrace::Graph, 
         .map_err(|e| e.to_string().into())
 }
 
+/// A graph CUDA built, set beside the model's graph at the same configuration and load.
+pub struct AgainstModel {
+    /// The model's graph.
+    pub model: Captured,
+    /// The order of their kernels compared.
+    pub order: Comparison,
+    /// Races on the driver's graph.
+    pub on_driver: usize,
+    /// Races on the model's.
+    pub on_model: usize,
+    /// Whether the GPU placed the tensors where the model places them now.
+    pub same_layout: bool,
+}
+
+/// The driver's graph `g` against the model's graph of `config` at `g`'s load: the order of
+/// their kernels, each graph's races, and whether the GPU placed the tensors as the model does.
+pub fn against_model(config: &Config, g: &DriverGraph) -> Result<AgainstModel, CellError> {
+    let model = Captured::new(config, g.sessions)?;
+    Ok(AgainstModel {
+        order: driver::compare(g, &model.graph),
+        on_driver: driver::check(g).len(),
+        on_model: model.check().races().count(),
+        same_layout: driver::layout_differences(g, &model.graph).is_empty(),
+        model,
+    })
+}
+
 /// One row of the chapter's table of the graphs CUDA built: the driver's graph `g` beside the
-/// `model`'s, `order` their comparison, `races` the races on each (driver's, model's), and
-/// `same_layout` whether the GPU placed the tensors where the model places them now.
-pub fn driver_graph_row(
-    g: &DriverGraph,
-    model: &Graph,
-    order: &Comparison,
-    (on_driver, on_model): (usize, usize),
-    same_layout: bool,
-) -> [String; 8] {
+/// model's.
+pub fn driver_graph_row(g: &DriverGraph, a: &AgainstModel) -> [String; 8] {
+    let AgainstModel {
+        model,
+        order,
+        on_driver,
+        on_model,
+        same_layout,
+    } = a;
+    let model = &model.graph;
     let differs = order.only_driver_orders.len() + order.only_model_orders.len();
     [
         g.config.clone(),
@@ -133,7 +161,7 @@ pub fn driver_graph_row(
         },
         on_driver.to_string(),
         on_model.to_string(),
-        if same_layout {
+        if *same_layout {
             "the model's".to_string()
         } else {
             "older rules".to_string()
@@ -150,11 +178,9 @@ pub fn driver_graph_text(book: &Book) -> Result<Markdown, CellError> {
     // What the sentences below say, checked on every graph.
     let mut moved = vec![];
     for g in &dump.graphs {
-        let model = Captured::new(&book.graphrace_config(&g.config)?, g.sessions)?;
-        let c = driver::compare(g, &model.graph);
-        let (on_driver, on_model) = (driver::check(g).len(), model.check().races().count());
-        let same = driver::layout_differences(g, &model.graph).is_empty();
-        if !c.agrees() || c.harness.len() != 1 || (same && on_driver != on_model) {
+        let a = against_model(&book.graphrace_config(&g.config)?, g)?;
+        let (c, on_driver, on_model) = (&a.order, a.on_driver, a.on_model);
+        if !c.agrees() || c.harness.len() != 1 || (a.same_layout && on_driver != on_model) {
             return Err(format!(
                 "`{}`: the driver's graph is not the model's: {c:?}",
                 g.config
@@ -405,16 +431,12 @@ mod tests {
         let book = book();
         let dump = book.graph_dump(crate::load::GRAPH_DUMP).unwrap();
         for g in &dump.graphs {
-            let model = Captured::new(&book.graphrace_config(&g.config).unwrap(), g.sessions);
-            let model = model.unwrap();
-            let c = driver::compare(g, &model.graph);
-            let races = (driver::check(g).len(), model.check().races().count());
-            let same = driver::layout_differences(g, &model.graph).is_empty();
-            let row = driver_graph_row(g, &model.graph, &c, races, same);
+            let a = against_model(&book.graphrace_config(&g.config).unwrap(), g).unwrap();
+            let row = driver_graph_row(g, &a);
             assert_eq!(row[4], "same", "{row:?}");
             assert_eq!(
                 row[3],
-                format!("{0} of {0}", model.graph.nodes.len()),
+                format!("{0} of {0}", a.model.graph.nodes.len()),
                 "{row:?}"
             );
         }

@@ -140,13 +140,15 @@ pub(super) fn miss_policy_text(decided: usize, own: usize, a: Agreement) -> Mark
     ))
 }
 
-/// A model recorded in [`MODELS`]: its record's name and its own cache's folder.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A model recorded in [`MODELS`]: its record, the record's name and its own cache's folder.
+#[derive(Debug, Clone)]
 pub struct RecordedModel {
     /// The record's file stem (`resnet-resnet-cube-none-b128`).
     pub name: String,
     /// Its cold run's cache, under `autotune/` (`resnet-f32`).
     pub own: String,
+    /// The record: its warm run (`MODELS/NAME.json`).
+    pub warm: NetworkRecord,
 }
 
 impl Book {
@@ -159,6 +161,7 @@ impl Book {
             models.push(RecordedModel {
                 name: record.name(),
                 own: network.cache_name(),
+                warm: record,
             });
         }
         Ok(models)
@@ -179,10 +182,10 @@ impl Book {
             "cold GPU",
         ]);
         for m in self.recorded_models()? {
-            let (warm, repeats) = self.with_repeats_in::<NetworkRecord>(MODELS, &m.name)?;
+            let (warm, repeats) = (&m.warm, self.repeats_in::<NetworkRecord>(MODELS, &m.name)?);
             let cold: NetworkRecord = self.json(format!("{MODELS}/cold/{}.json", m.name))?;
             let (outcome, _) =
-                situ::dry::replay_network(&warm, &repeats, card.clone(), Some(&committed))?;
+                situ::dry::replay_network(warm, &repeats, card.clone(), Some(&committed))?;
             let last =
                 |steps: &[highwater::conform::MeasuredStep]| steps.last().map_or(0, |s| s.reserved);
             let (dry, gpu) = (last(&outcome.steps), last(&warm.steps));
@@ -203,9 +206,8 @@ impl Book {
         let last = |r: &NetworkRecord| r.steps.last().map_or(0, |s| s.reserved) as f64;
         let mut ratios = Vec::new();
         for m in self.recorded_models()? {
-            let warm: NetworkRecord = self.json(format!("{MODELS}/{}.json", m.name))?;
             let cold: NetworkRecord = self.json(format!("{MODELS}/cold/{}.json", m.name))?;
-            ratios.push((m.name, last(&cold) / last(&warm)));
+            ratios.push((m.name, last(&cold) / last(&m.warm)));
         }
         Ok(ratios)
     }
