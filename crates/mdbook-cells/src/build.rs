@@ -14,6 +14,7 @@ use crate::quick::{self, RustcCall};
 use crate::types::{Compilation, Document, Source};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Each run cell's outcome and how long it ran, by module.
@@ -342,14 +343,17 @@ fn cell_sources(
     plan: &Plan,
     include: impl Fn(&PlannedCell) -> bool,
 ) -> Vec<CellSource> {
+    let mut shared = HashMap::new();
     (plan.cells.iter())
         .filter(|f| f.key.is_some() && include(f))
         .map(|f| {
             let c = plan.block(f);
+            let prelude = (shared.entry(f.doc))
+                .or_insert_with(|| compile::shared_for_modules(&plan.preludes[f.doc]));
             CellSource {
                 module: f.module.clone(),
                 chapter: docs[f.doc].source.clone(),
-                prelude: plan.preludes[f.doc].clone(),
+                prelude: Arc::clone(prelude),
                 code: c.code.clone(),
                 code_line: c.code_line,
                 last_line: c.last_code_line(),

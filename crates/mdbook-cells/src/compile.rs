@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 /// One cell's code, where it came from, and where it lands in the generated crate.
 #[derive(Debug, Clone)]
@@ -22,8 +23,9 @@ pub(crate) struct CellSource {
     /// The chapter's file, as shown in messages (`src/intro.md`).
     pub(crate) chapter: String,
     /// What the chapter's cells share, in order (its parameters, its prelude): each part's
-    /// code and the chapter line of its first line.
-    pub(crate) prelude: Vec<(String, usize)>,
+    /// code and the chapter line of its first line, as [`shared_for_modules`] prepares it once
+    /// for all the chapter's cells.
+    pub(crate) prelude: Arc<[(String, usize)]>,
     pub(crate) code: String,
     pub(crate) code_line: usize,
     /// Chapter line blamed for errors in the wrapper (the cell's value has the wrong type…).
@@ -455,9 +457,8 @@ pub(crate) fn module_text(cell: &CellSource) -> (String, LineMap) {
         .prelude
         .iter()
         .map(|(code, line)| {
-            let code = ensure_newline(&unused_allowed(code));
             let len = code.lines().count();
-            text.push_str(&code);
+            text.push_str(code);
             let start = next_line;
             next_line += len;
             (start, len, *line)
@@ -480,6 +481,15 @@ pub(crate) fn module_text(cell: &CellSource) -> (String, LineMap) {
         last_line: cell.last_line,
     };
     (text, map)
+}
+
+/// A chapter's shared code (`(code, first chapter line)` per part) as each of its cells' modules
+/// holds it: every item allowed to go unused, each part ending in a newline. Once per chapter,
+/// not per cell: marking the items parses the code.
+pub(crate) fn shared_for_modules(parts: &[(String, usize)]) -> Arc<[(String, usize)]> {
+    (parts.iter())
+        .map(|(code, line)| (ensure_newline(&unused_allowed(code)), *line))
+        .collect()
 }
 
 /// What [`unused_allowed`] puts before each shared item; a diagnostic's source line shows
@@ -601,7 +611,12 @@ mod tests {
         CellSource {
             module: "intro_md_0".into(),
             chapter: "src/intro.md".into(),
-            prelude: prelude.map(|p| (p.to_string(), 3)).into_iter().collect(),
+            prelude: shared_for_modules(
+                &prelude
+                    .map(|p| (p.to_string(), 3))
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+            ),
             code: "let x = 1;\nx + y\n".into(),
             code_line: 20,
             last_line: 21,

@@ -8,7 +8,7 @@ use crate::compile::{self, CellSource};
 use crate::config::Config;
 use crate::error::Error;
 use crate::params::{self, Overrides};
-use crate::parse::{self, Segment};
+use crate::parse;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -48,14 +48,7 @@ pub fn export(root: &Path, config: &Config, chapter: &str, dir: &Path) -> Result
         )));
     }
     let parsed = parse::split(&markdown);
-    let cells: Vec<&parse::CellBlock> = parsed
-        .segments
-        .iter()
-        .filter_map(|s| match s {
-            Segment::Cell(c) => Some(c),
-            Segment::Prose(_) => None,
-        })
-        .collect();
+    let cells: Vec<&parse::CellBlock> = parse::cells(&parsed.segments).collect();
     if let Some(bad) = cells.iter().find(|c| !c.option_errors.is_empty()) {
         return Err(fail(format!(
             "the cell at line {} has bad options ({}); the book shows them",
@@ -79,6 +72,7 @@ pub fn export(root: &Path, config: &Config, chapter: &str, dir: &Path) -> Result
             .filter(|c| c.options.prelude)
             .map(|c| (c.code.clone(), c.code_line)),
     );
+    let shared = compile::shared_for_modules(&shared);
 
     let src = dir.join("src");
     let io = |path: &Path| {

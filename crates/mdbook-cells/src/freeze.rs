@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::key::KeyHasher;
 use crate::outcome::Stored;
-use crate::parse::{CellBlock, Segment};
+use crate::parse::{self, CellBlock, Segment};
 use crate::shared;
 
 /// What a GPU cell's freeze is keyed on (see the module docs): the chapter's `shared` code (its
@@ -40,12 +40,7 @@ pub(crate) fn source_key(shared: &[(String, usize)], cell: &CellBlock, reads: &[
 /// What the freezes of a chapter's GPU cells key on in its text, one entry per GPU cell: an
 /// edit that leaves these as they were (`mdbook-cells fmt`'s, say) leaves every freeze current.
 pub(crate) fn chapter_sources(segments: &[Segment]) -> Vec<String> {
-    let cells = || {
-        segments.iter().filter_map(|s| match s {
-            Segment::Cell(c) => Some(c),
-            Segment::Prose(_) => None,
-        })
-    };
+    let cells = || parse::cells(segments);
     let shared: String = (cells().filter(|c| c.options.parameters || c.options.prelude))
         .map(|c| c.code.as_str())
         .collect();

@@ -53,8 +53,7 @@ pub(crate) fn formatted(root: &Path, cells: &[&CellBlock]) -> Vec<Option<String>
 pub(crate) fn fmt_problems(root: &Path, chapters: &[(String, &[Segment])]) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (source, segments) in chapters {
-        let cells = formattable(root, segments);
-        for (cell, new) in cells.iter().zip(formatted(root, &cells)) {
+        for (cell, new) in formattable(root, segments) {
             let Some(new) = new else { continue };
             let first = cell
                 .code
@@ -79,12 +78,7 @@ pub(crate) fn fmt_problems(root: &Path, chapters: &[(String, &[Segment])]) -> Ve
 pub(crate) fn unused_prelude_problems(chapters: &[(String, &[Segment])]) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (source, segments) in chapters {
-        let cells: Vec<&CellBlock> = (segments.iter())
-            .filter_map(|s| match s {
-                Segment::Cell(c) => Some(c),
-                Segment::Prose(_) => None,
-            })
-            .collect();
+        let cells: Vec<&CellBlock> = parse::cells(segments).collect();
         let Some(prelude) = cells.iter().find(|c| c.options.prelude) else {
             continue;
         };
@@ -136,35 +130,35 @@ pub(crate) fn clippy_problems(
     }
 }
 
-/// The cells of a chapter that formatting may rewrite: all, unless that would change what a GPU
-/// cell's freeze keys on ([`freeze::chapter_sources`]: tokens, so layout never does; a rewrite
-/// that did would leave the freeze stale until its next GPU run). Then all but the GPU cells and
-/// the code they share (prelude, parameters).
-fn formattable<'a>(root: &Path, segments: &'a [Segment]) -> Vec<&'a CellBlock> {
-    let cells: Vec<&CellBlock> = (segments.iter())
-        .filter_map(|s| match s {
-            Segment::Cell(c) => Some(c),
-            Segment::Prose(_) => None,
+/// The cells of a chapter that formatting may rewrite, each with rustfmt's code for it (`None`
+/// where rustfmt leaves it as it is or cannot parse it): all, unless that would change what a
+/// GPU cell's freeze keys on ([`freeze::chapter_sources`]: tokens, so layout never does; a
+/// rewrite that did would leave the freeze stale until its next GPU run). Then all but the GPU
+/// cells and the code they share (prelude, parameters). rustfmt runs once.
+fn formattable<'a>(root: &Path, segments: &'a [Segment]) -> Vec<(&'a CellBlock, Option<String>)> {
+    let cells: Vec<&CellBlock> = parse::cells(segments).collect();
+    let new = formatted(root, &cells);
+    let gpu = cells.iter().any(|c| c.options.gpu);
+    let keeps_freezes = !gpu || {
+        let mut new_code = new.iter();
+        let after: Vec<Segment> = (segments.iter())
+            .map(|s| match s {
+                Segment::Cell(c) => match new_code.next() {
+                    Some(Some(code)) => Segment::Cell(CellBlock {
+                        code: code.clone(),
+                        ..c.clone()
+                    }),
+                    _ => s.clone(),
+                },
+                Segment::Prose(_) => s.clone(),
+            })
+            .collect();
+        freeze::chapter_sources(&after) == freeze::chapter_sources(segments)
+    };
+    (cells.into_iter().zip(new))
+        .filter(|(c, _)| {
+            keeps_freezes || !(c.options.gpu || c.options.prelude || c.options.parameters)
         })
-        .collect();
-    if !cells.iter().any(|c| c.options.gpu) {
-        return cells;
-    }
-    let mut new_code = formatted(root, &cells).into_iter();
-    let after: Vec<Segment> = (segments.iter())
-        .map(|s| match s {
-            Segment::Cell(c) => match new_code.next().flatten() {
-                Some(code) => Segment::Cell(CellBlock { code, ..c.clone() }),
-                None => s.clone(),
-            },
-            Segment::Prose(_) => s.clone(),
-        })
-        .collect();
-    if freeze::chapter_sources(&after) == freeze::chapter_sources(segments) {
-        return cells;
-    }
-    (cells.into_iter())
-        .filter(|c| !(c.options.gpu || c.options.prelude || c.options.parameters))
         .collect()
 }
 
@@ -218,11 +212,10 @@ const PASSES: usize = 4;
 /// `markdown` with its cells formatted once, and how many changed.
 fn format_chapter(root: &Path, markdown: &str) -> (String, usize) {
     let parsed = parse::split(markdown);
-    let cells = formattable(root, &parsed.segments);
     let mut lines: Vec<String> = markdown.split_inclusive('\n').map(String::from).collect();
     let mut rewritten = 0;
     // From the last cell up, so that earlier cells' lines stay where they were.
-    for (cell, new) in cells.iter().zip(formatted(root, &cells)).rev() {
+    for (cell, new) in formattable(root, &parsed.segments).into_iter().rev() {
         let Some(new) = new else { continue };
         let from = cell.code_line - 1;
         let to = from + cell.code.lines().count();

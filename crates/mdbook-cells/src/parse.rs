@@ -12,6 +12,21 @@ pub enum Segment {
     Cell(CellBlock),
 }
 
+impl Segment {
+    /// The cell, if this segment is one.
+    pub fn cell(&self) -> Option<&CellBlock> {
+        match self {
+            Segment::Cell(c) => Some(c),
+            Segment::Prose(_) => None,
+        }
+    }
+}
+
+/// The cells of a chapter's `segments`, in order.
+pub fn cells(segments: &[Segment]) -> impl Iterator<Item = &CellBlock> {
+    segments.iter().filter_map(Segment::cell)
+}
+
 /// One ```` ```cell ```` block as written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellBlock {
