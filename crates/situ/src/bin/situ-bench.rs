@@ -138,11 +138,8 @@ fn in_use(device: &CudaDevice) -> (u64, u64) {
     (u.bytes_in_use, u.bytes_reserved)
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the bench in run order (copy yardstick, fused kernels, autodiff paths, memory, \
-              goals), each phase's figures measured against the copy's floor and all in one JSON"
-)]
+/// The bench in run order: the copy yardstick, the fused kernels, the autodiff paths, the
+/// memory each leaves live, and the goals, all in one JSON.
 fn main() {
     let out = situ::gpu::out_arg("bench.json");
     let provenance = provenance::collect("cargo build --release --locked -p situ --features cuda");
@@ -152,40 +149,94 @@ fn main() {
     let mid_host = nonzero_uniforms(&mut rng, N * 2 * F, -3.0 * c, 3.0 * c);
     let dh_host = nonzero_uniforms(&mut rng, N * F, -1.0, 1.0);
 
-    // The yardstick: a vectorized copy, bytes read + written.
-    let src = Tensor::<Cube, 1>::ones([COPY_ELEMS], &device)
+    let copy = copy_yardstick(&device);
+    let kernels = fused_kernels(&device, &mid_host, &dh_host, &copy);
+    let paths = autodiff_paths(&device, &mid_host, kernels.floor_ms);
+    let speedup = paths[0].median_ms / paths[1].median_ms;
+
+    let mut memory = vec![];
+    memory.extend(live::<NoCheckpointing>(&device, &mid_host));
+    memory.extend(live::<BalancedCheckpointing>(&device, &mid_host));
+    for m in &memory {
+        println!(
+            "{} / {}: {} B live after forward ({:.2} [N, f] tensors)",
+            m.path, m.checkpointing, m.live_bytes_after_forward, m.in_nf_tensors
+        );
+    }
+    let fused_none = memory
+        .iter()
+        .find(|m| m.path == "fused" && m.checkpointing == "none")
+        .expect("measured");
+    let goals = Goals {
+        fused_at_least_5x_faster: speedup >= 5.0,
+        fused_within_1_5x_of_floor_kernels: kernels.ratio_to_floor <= 1.5,
+        fused_within_1_5x_of_floor_end_to_end: paths[1].ratio_to_floor <= 1.5,
+        fused_one_live_nf_output: fused_none.live_bytes_after_forward == (N * F * 4) as i64,
+    };
+    let bench = Bench {
+        provenance,
+        shape_mid: [N, 2 * F],
+        dtype: "f32",
+        warmup: WARMUP,
+        runs: RUNS,
+        copy,
+        fused_kernels: kernels,
+        paths,
+        speedup_fused_over_tensor: speedup,
+        memory,
+        goals,
+        counters: situ::situ_field(),
+    };
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&bench).expect("serializable") + "\n",
+    )
+    .expect("write the bench's JSON");
+    println!("speedup {speedup:.2}x -> {out}");
+}
+
+/// The yardstick: a vectorized copy, bytes read + written, and the bandwidth it reaches.
+fn copy_yardstick(device: &CudaDevice) -> Copy {
+    let src = Tensor::<Cube, 1>::ones([COPY_ELEMS], device)
         .into_primitive()
         .tensor();
-    let dst = Tensor::<Cube, 1>::zeros([COPY_ELEMS], &device)
+    let dst = Tensor::<Cube, 1>::zeros([COPY_ELEMS], device)
         .into_primitive()
         .tensor();
-    let copy_ms = median(timed(&device, || {
+    let copy_ms = median(timed(device, || {
         for _ in 0..KERNEL_REPS {
             cube::copy_into::<CudaRuntime, f32>(&src, &dst);
         }
     })) / KERNEL_REPS as f64;
-    drop((src, dst));
     let copy_bytes = 2 * COPY_ELEMS as u64 * 4;
     let copy_bw = copy_bytes as f64 / (copy_ms * 1e-3);
     println!(
         "copy: {copy_ms:.4} ms for {copy_bytes} B -> {:.1} GB/s",
         copy_bw / 1e9
     );
+    Copy {
+        bytes_moved: copy_bytes,
+        median_ms: copy_ms,
+        gb_per_s: copy_bw / 1e9,
+    }
+}
 
-    // The fused kernels alone.
+/// The fused kernels alone, forward, backward and the pair, against the floor the copy's
+/// bandwidth sets for the bytes they move.
+fn fused_kernels(device: &CudaDevice, mid_host: &[f64], dh_host: &[f64], copy: &Copy) -> Kernels {
     let nf = (N * F * 4) as u64;
     let (fwd_bytes, bwd_bytes) = (3 * nf, 5 * nf);
-    let mid = tensor::<Cube>(&mid_host, [N, 2 * F], &device)
+    let mid = tensor::<Cube>(mid_host, [N, 2 * F], device)
         .into_primitive()
         .tensor();
-    let dh = tensor::<Cube>(&dh_host, [N, F], &device)
+    let dh = tensor::<Cube>(dh_host, [N, F], device)
         .into_primitive()
         .tensor();
     let h = cube::empty_dense::<CudaRuntime, f32>(&mid, N, F);
     let dmid = cube::empty_dense::<CudaRuntime, f32>(&mid, N, 2 * F);
     let info = cube::forward_into::<CudaRuntime, f32>(mid.clone(), &h, SOFT_CAP);
     let reps = |f: &mut dyn FnMut()| {
-        median(timed(&device, || (0..KERNEL_REPS).for_each(|_| f()))) / KERNEL_REPS as f64
+        median(timed(device, || (0..KERNEL_REPS).for_each(|_| f()))) / KERNEL_REPS as f64
     };
     let fwd_ms = reps(&mut || {
         cube::forward_into::<CudaRuntime, f32>(mid.clone(), &h, SOFT_CAP);
@@ -197,10 +248,12 @@ fn main() {
         cube::forward_into::<CudaRuntime, f32>(mid.clone(), &h, SOFT_CAP);
         cube::backward_into::<CudaRuntime, f32>(mid.clone(), dh.clone(), &dmid, SOFT_CAP);
     });
-    drop((mid, dh, h, dmid));
     let bytes = fwd_bytes + bwd_bytes;
-    let floor_ms = bytes as f64 / copy_bw * 1e3;
-    let kernels = Kernels {
+    let floor_ms = bytes as f64 / (copy.gb_per_s * 1e9) * 1e3;
+    println!(
+        "fused kernels: fwd {fwd_ms:.4} ms, bwd {bwd_ms:.4} ms, pair {pair_ms:.4} ms, floor {floor_ms:.4} ms"
+    );
+    Kernels {
         bytes_moved: bytes,
         forward_bytes: fwd_bytes,
         backward_bytes: bwd_bytes,
@@ -213,18 +266,17 @@ fn main() {
         vector: info.vector,
         cubes_forward: info.cubes,
         units_per_cube: info.cube_dim,
-    };
-    println!(
-        "fused kernels: fwd {fwd_ms:.4} ms, bwd {bwd_ms:.4} ms, pair {pair_ms:.4} ms, floor {floor_ms:.4} ms"
-    );
+    }
+}
 
-    // Forward + backward through autodiff, one call per run.
+/// Forward + backward through autodiff, one call per run, on the tensor path and the fused one.
+fn autodiff_paths(device: &CudaDevice, mid_host: &[f64], floor_ms: f64) -> Vec<PathTiming> {
     type Ad = CubeAd<NoCheckpointing>;
-    let x = tensor::<Ad>(&mid_host, [N, 2 * F], &device).require_grad();
+    let x = tensor::<Ad>(mid_host, [N, 2 * F], device).require_grad();
     let mut paths = vec![];
     for (name, fused) in [("tensor", false), ("fused", true)] {
         let before = SituCounts::now();
-        let t = timed(&device, || {
+        let t = timed(device, || {
             let h = if fused {
                 situ_glu_fused(x.clone(), SOFT_CAP)
             } else {
@@ -246,52 +298,7 @@ fn main() {
             counters: counts.to_string(),
         });
     }
-    drop(x);
-    let speedup = paths[0].median_ms / paths[1].median_ms;
-
-    let mut memory = vec![];
-    memory.extend(live::<NoCheckpointing>(&device, &mid_host));
-    memory.extend(live::<BalancedCheckpointing>(&device, &mid_host));
-    for m in &memory {
-        println!(
-            "{} / {}: {} B live after forward ({:.2} [N, f] tensors)",
-            m.path, m.checkpointing, m.live_bytes_after_forward, m.in_nf_tensors
-        );
-    }
-    let fused_none = memory
-        .iter()
-        .find(|m| m.path == "fused" && m.checkpointing == "none")
-        .expect("measured");
-    let goals = Goals {
-        fused_at_least_5x_faster: speedup >= 5.0,
-        fused_within_1_5x_of_floor_kernels: kernels.ratio_to_floor <= 1.5,
-        fused_within_1_5x_of_floor_end_to_end: paths[1].ratio_to_floor <= 1.5,
-        fused_one_live_nf_output: fused_none.live_bytes_after_forward == nf as i64,
-    };
-    let bench = Bench {
-        provenance,
-        shape_mid: [N, 2 * F],
-        dtype: "f32",
-        warmup: WARMUP,
-        runs: RUNS,
-        copy: Copy {
-            bytes_moved: copy_bytes,
-            median_ms: copy_ms,
-            gb_per_s: copy_bw / 1e9,
-        },
-        fused_kernels: kernels,
-        paths,
-        speedup_fused_over_tensor: speedup,
-        memory,
-        goals,
-        counters: situ::situ_field(),
-    };
-    std::fs::write(
-        &out,
-        serde_json::to_string_pretty(&bench).expect("serializable") + "\n",
-    )
-    .expect("write the bench's JSON");
-    println!("speedup {speedup:.2}x -> {out}");
+    paths
 }
 
 /// Live pool bytes one call leaves until backward, per path, under strategy `C`.
