@@ -18,11 +18,44 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::autotune::AutotuneError;
-
 /// How far apart two keys are when a word differs, or a field is missing from one: as far as
 /// two sizes 256× apart.
 const WORD_DISTANCE: f64 = 8.0;
+
+/// Why an autotune cache folder could not be read, written or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum AutotuneError {
+    /// Reading the recorded cache or writing the installed copy failed.
+    #[error("autotune cache {path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AutotuneError + '_ {
+    move |source| AutotuneError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The folder's cache files, by name, with their text.
+pub(crate) fn cache_files(dir: &Path) -> Result<Vec<(String, String)>, AutotuneError> {
+    let mut files = Vec::new();
+    for file in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = file.map_err(io(dir))?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if let Some(name) = name.filter(|n| n.ends_with(".json.log")) {
+            files.push((name, std::fs::read_to_string(&path).map_err(io(&path))?));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
 
 /// One candidate of a tuned problem.
 #[derive(Debug, Clone, PartialEq)]
@@ -165,7 +198,7 @@ impl Atlas {
     /// Reads every `*.json.log` cache file in `dir`.
     pub fn read(dir: &Path) -> Result<Atlas, AutotuneError> {
         let mut entries = Vec::new();
-        for (name, text) in crate::autotune::cache_files(dir)? {
+        for (name, text) in cache_files(dir)? {
             let tuner = name.trim_end_matches(".json.log");
             entries.extend(text.lines().filter_map(|l| Entry::parse(tuner, l)));
         }

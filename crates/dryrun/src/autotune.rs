@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
 
-use crate::atlas::Entry;
+use crate::atlas::{AutotuneError, Entry, cache_files, io};
 
 /// cubecl-common's version: the cache folder it reads (`cubecl-common/src/cache.rs`).
 const CACHE_VERSION: &str = "0.10.0";
@@ -36,27 +36,6 @@ pub struct AutotuneCache {
     /// Held for the device's life: another process (a second `highwater`, a parallel test)
     /// takes another folder instead of emptying this one under it.
     _lock: std::sync::Arc<std::fs::File>,
-}
-
-/// Why a cache could not be installed.
-#[derive(Debug, thiserror::Error)]
-pub enum AutotuneError {
-    /// Reading the recorded cache or writing the installed copy failed.
-    #[error("autotune cache {path}: {source}")]
-    Io {
-        /// The file or folder.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AutotuneError + '_ {
-    move |source| AutotuneError::Io {
-        path: path.display().to_string(),
-        source,
-    }
 }
 
 impl AutotuneCache {
@@ -124,22 +103,8 @@ impl AutotuneCache {
 
     /// Every problem a cache folder (a GPU's, or a dry device's) records, in file order.
     pub fn read(dir: &Path) -> Result<Vec<Entry>, AutotuneError> {
-        Ok(crate::Atlas::read(dir)?.entries)
+        Ok(crate::atlas::Atlas::read(dir)?.entries)
     }
-}
-
-/// The folder's cache files, by name, with their text.
-pub(crate) fn cache_files(dir: &Path) -> Result<Vec<(String, String)>, AutotuneError> {
-    let mut files = Vec::new();
-    for file in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = file.map_err(io(dir))?.path();
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        if let Some(name) = name.filter(|n| n.ends_with(".json.log")) {
-            files.push((name, std::fs::read_to_string(&path).map_err(io(&path))?));
-        }
-    }
-    files.sort();
-    Ok(files)
 }
 
 fn entries(text: &str) -> impl Iterator<Item = &str> {

@@ -21,8 +21,8 @@ mod runtime;
 mod server;
 pub mod traced;
 
-pub use atlas::{Atlas, Entry, Prediction};
-pub use autotune::{AutotuneCache, AutotuneError};
+pub use atlas::{Atlas, AutotuneError, Entry, Prediction};
+pub use autotune::AutotuneCache;
 pub use card::{CardError, CardProfile};
 pub use memory::{DeviceMemory, OnRefusal, OutOfMemory};
 pub use runtime::{DryDevice, DryRuntime};

@@ -19,8 +19,9 @@ use cubecl_runtime::server::{ComputeServer, ServerUtilities};
 use cubecl_zspace::striding::has_pitched_row_major_strides;
 use cubecl_zspace::{Shape, Strides};
 
+use crate::atlas::AutotuneError;
 use crate::atlas::Entry;
-use crate::autotune::{AutotuneCache, AutotuneError};
+use crate::autotune::AutotuneCache;
 use crate::card::{CUDA_ALIGNMENT, CardProfile};
 use crate::memory::{DeviceMemory, OnRefusal};
 use crate::server::{CudaCompiler, DryServer, TieBreak};
