@@ -99,7 +99,11 @@ fn cached_rebuild(scratch: &Path, with_cells: &Path, without: &Path, command: &s
     // `cat` as a preprocessor.
     let pages = scratch.join("pages.json");
     let tee = scratch.join("tee-pages.sh");
-    let script = format!("#!/bin/sh\n{command} \"$@\" | tee {}\n", pages.display());
+    // To a file, then shown: a failing engine fails the build (a pipe into `tee` would hide it).
+    let script = format!(
+        "#!/bin/sh\n{command} \"$@\" > '{0}' || exit $?\nexec cat '{0}'\n",
+        pages.display()
+    );
     std::fs::write(&tee, script).unwrap();
     mdbook(with_cells, Some(&format!("sh {}", tee.display())), false);
     let same_pages = scratch.join("same-pages");
@@ -109,13 +113,17 @@ fn cached_rebuild(scratch: &Path, with_cells: &Path, without: &Path, command: &s
     let pass_through = scratch.join("pass-through");
     let _ = std::fs::remove_dir_all(&pass_through);
     copy(without, &pass_through);
-    let copier = format!("sh -c 'cat > /dev/null; exec cat {}'", pages.display());
+    let copier = format!("sh -c 'cat > /dev/null; exec cat \"{}\"'", pages.display());
+    // Where the engine runs among mdbook's own preprocessors, and for the same renderer.
+    let mut cells = toml::Table::new();
+    cells.insert("command".into(), copier.into());
+    cells.insert("after".into(), vec!["links".to_string()].into());
+    cells.insert("renderers".into(), vec!["html".to_string()].into());
+    let table = toml::Table::from_iter([("cells".to_string(), toml::Value::Table(cells))]);
+    let section = toml::Table::from_iter([("preprocessor".to_string(), toml::Value::Table(table))]);
     std::fs::write(
         pass_through.join("book.toml"),
-        format!(
-            "{}\n[preprocessor.cells]\ncommand = {copier:?}\nrenderers = [\"html\"]\n",
-            manifest
-        ),
+        format!("{manifest}\n{}", toml::to_string(&section).unwrap()),
     )
     .unwrap();
 
@@ -135,11 +143,11 @@ fn cached_rebuild(scratch: &Path, with_cells: &Path, without: &Path, command: &s
         cached / same
     );
     println!(
-        "    the same pages through `cat`:          {floor:>8.3} s ({:.2} ×: the protocol's floor)",
+        "    the same pages through `cat`:          {floor:>8.3} s ({:.2} × the same pages: the protocol's floor)",
         floor / same
     );
     println!(
-        "    the bare sources, no preprocessor:     {bare:>8.3} s ({:.2} ×)",
+        "    the bare sources, no preprocessor:     {bare:>8.3} s (the rebuild is {:.2} × this)",
         cached / bare
     );
 }

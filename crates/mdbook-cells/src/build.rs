@@ -291,7 +291,9 @@ pub(crate) fn compile(
                 prelude_errors.insert(f.doc, errors.collect());
             }
             let text: Vec<&str> = if in_cell.is_empty() {
-                vec!["this chapter's prelude did not compile (its error is shown there)"]
+                vec![
+                    "this chapter's shared code did not compile (its error is shown on its prelude or parameters cell)",
+                ]
             } else {
                 in_cell.iter().map(|d| d.rendered.as_str()).collect()
             };

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::compile::LineMap;
 use crate::compile::map_panic_location;
 use crate::error::BundleError;
-use crate::outcome::Outcome;
+use crate::outcome::{Fault, Outcome};
 use crate::{execute, freeze};
 
 /// The file in a bundle folder that lists its cells.
@@ -168,13 +168,14 @@ pub fn run(dir: &Path, root: &Path, gpu_name: Option<String>) -> Result<BundleRu
             )
         };
         let Some(ran) = ran.remove(&cell.module) else {
+            let label = Fault::NotRun.label();
             done.failed
-                .push(failed("not run", "the harness gave no result"));
+                .push(failed(label, "the harness gave no result"));
             continue;
         };
         let stored = ran.into_stored(|m| map_panic_location(&bundle.lines, m));
         if let Outcome::Failed { kind, message } = &stored.outcome {
-            done.failed.push(failed(kind.name(), message));
+            done.failed.push(failed(Fault::Ran(*kind).label(), message));
             continue;
         }
         let path = root.join(&cell.freeze);

@@ -424,6 +424,32 @@ mod tests {
     }
 
     #[test]
+    fn formatting_never_moves_a_gpu_cells_freeze() {
+        let root = std::env::temp_dir();
+        let chapter = |gpu_code: &str| {
+            format!(
+                "```cell\n//| prelude\nfn two()->u32{{2}}\n```\n\n```cell\n//| gpu\n{gpu_code}\n```\n\n\
+                 ```cell\nlet x=two();x\n```\n"
+            )
+        };
+        // Layout only: every cell may be rewritten, the GPU cell and the prelude too.
+        let layout = parse::split(&chapter("let y=two();y"));
+        let all = formattable(&root, &layout.segments);
+        if all.iter().all(|(_, new)| new.is_none()) {
+            return; // no rustfmt on this machine
+        }
+        assert_eq!(all.len(), 3, "{all:?}");
+        assert!(all.iter().all(|(_, new)| new.is_some()), "{all:?}");
+        // A rewrite that changes the GPU cell's tokens (rustfmt drops the braces and comma of
+        // `1 => { 2 },`): only the plain cell is rewritten, with rustfmt's code.
+        let tokens = parse::split(&chapter("match two() { 1 => { 2 }, _ => 3 }"));
+        let kept = formattable(&root, &tokens.segments);
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept[0].0.code, "let x=two();x\n");
+        assert_eq!(kept[0].1.as_deref(), Some("let x = two();\nx\n"));
+    }
+
+    #[test]
     fn rustfmt_formats_cells_at_the_books_width() {
         let root = std::env::temp_dir();
         let Some(out) = rustfmt(&root, 100, &["let x=1;x", "let s = \"a\n  b\";\ns"]) else {

@@ -34,7 +34,7 @@ pub(crate) struct PlannedCell {
     /// What is wrong with it before it runs (its options, a second prelude, a taken id).
     pub(crate) errors: Vec<CellError>,
     /// A cell with nothing wrong of its own is not run when its chapter's parameters are in
-    /// error: that cell's line.
+    /// error: the parameters cell's fence line.
     pub(crate) blocked: Option<usize>,
 }
 

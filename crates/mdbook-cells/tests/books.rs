@@ -331,7 +331,7 @@ fn prelude_errors_are_shown_at_the_prelude() {
         problems,
         [
             "src/inline.md:3: cell failed: the prelude did not compile: error[E0308]: mismatched types",
-            "src/inline.md:6: cell failed: compile error: this chapter's prelude did not compile (its error is shown there)",
+            "src/inline.md:6: cell failed: compile error: this chapter's shared code did not compile (its error is shown on its prelude or parameters cell)",
         ]
     );
     assert!(page.contains("--&gt; src/inline.md:3:22"), "{page}");

@@ -178,9 +178,12 @@ pub fn predicted_death<'r>(
     let death = (r.died.as_ref()).ok_or_else(|| refused("survived".into()))?;
     let dry = book.wall_prediction(&format!("{name}-s{}", r.seed))?;
     if dry.died_at != Some(death.step) {
-        let (step, dry) = (death.step, dry.died_at);
+        let dry = dry
+            .died_at
+            .map_or("no death".into(), |s| format!("step {s}"));
+        let step = death.step;
         return Err(refused(format!(
-            "died in step {step} on the H200, but the dry run says {dry:?}"
+            "died in step {step} on the H200, but the dry run predicts {dry}"
         )));
     }
     Ok(death)

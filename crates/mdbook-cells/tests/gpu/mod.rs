@@ -134,8 +134,9 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     assert_eq!(run.frozen.len(), 1, "{run:?}");
     assert_eq!(run.failed.len(), 1, "{run:?}");
     assert!(
-        run.failed[0]
-            .starts_with("src/inline.md:8: GPU cell failed: panic: no device at src/inline.md:10"),
+        run.failed[0].starts_with(
+            "src/inline.md:8: GPU cell failed: panicked: no device at src/inline.md:10"
+        ),
         "{}",
         run.failed[0]
     );

@@ -157,6 +157,12 @@ impl Book {
         let mut models = Vec::new();
         for path in self.files(MODELS, "json")? {
             let record: NetworkRecord = crate::load::json_at(&path)?;
+            // Its cold run, repeats and cache are found by its name: the file must carry it.
+            if path.file_stem().and_then(|s| s.to_str()) != Some(record.name().as_str()) {
+                let name = record.name();
+                let e = format!("{}: the record names itself `{name}`", path.display());
+                return Err(e.into());
+            }
             let network = record.network()?;
             models.push(RecordedModel {
                 name: record.name(),
