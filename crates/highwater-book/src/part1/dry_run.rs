@@ -179,10 +179,23 @@ impl Book {
     /// record and its repeats: the record, the dry outcome, how close they are.
     pub fn replay(&self, name: &str) -> Result<(RerunRecord, DryOutcome, Exactness), CellError> {
         let (record, repeats) = self.rerun_with_repeats(name)?;
-        let autotune = self.h200_autotune();
-        let (outcome, exactness) =
-            situ::dry::replay(&record, &repeats, self.h200_card()?, Some(&autotune))?;
+        let (outcome, exactness) = self.replay_recorded(&record, &repeats)?;
         Ok((record, outcome, exactness))
+    }
+
+    /// [`Book::replay`] of a record and its repeats already read.
+    pub fn replay_recorded(
+        &self,
+        record: &RerunRecord,
+        repeats: &[RerunRecord],
+    ) -> Result<(DryOutcome, Exactness), CellError> {
+        let autotune = self.h200_autotune();
+        Ok(situ::dry::replay(
+            record,
+            repeats,
+            self.h200_card()?,
+            Some(&autotune),
+        )?)
     }
 
     /// The most bytes in use while burn runs `loss` on a dry H200, over what its inputs hold:

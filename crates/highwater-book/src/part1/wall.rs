@@ -169,7 +169,7 @@ pub fn grows_table(book: &Book) -> Result<Table, CellError> {
 /// The capped H200 run `r`'s death, held to the dry run's prediction for its candidate and seed:
 /// an error if it survived or the dry run names another step (the text says the dry run
 /// predicts every death step exactly).
-pub fn predicted_death<'r>(
+pub(crate) fn predicted_death<'r>(
     book: &Book,
     r: &'r RerunRecord,
 ) -> Result<&'r MeasuredDeath, BookError> {

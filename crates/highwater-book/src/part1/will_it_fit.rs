@@ -215,22 +215,7 @@ pub fn decoder_known_dry(book: &Book) -> Result<Html, CellError> {
         .ok_or("the decoder's entry")?;
     assert_eq!(k.figures, ["reserved"], "the text: bytes reserved only");
     assert_eq!(k.below_cores, Some(4), "the text: known below four cores");
-    let escaped = k
-        .reason
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;");
-    let text: String = escaped
-        .split('`')
-        .enumerate()
-        .map(|(i, part)| {
-            if i % 2 == 1 {
-                format!("<code>{part}</code>")
-            } else {
-                part.to_string()
-            }
-        })
-        .collect();
+    let text = cell_output::escape_inline(&k.reason);
     Ok(Html(format!(
         "<details><summary>What was measured ({path})</summary><p>{text}</p></details>"
     )))
@@ -332,7 +317,12 @@ mod tests {
         let (fits, dies) = (run(2), run(16));
         let plan = dry_plan(&job.card);
         assert_eq!((plan.steps, plan.capacity), (5, job.capacity()));
-        let report = fits.report("encoder, batch 2", &plan);
+        // The runs above are the job's, of its own length.
+        let ran = DryPlan {
+            steps: Job::STEPS,
+            ..plan
+        };
+        let report = fits.report("encoder, batch 2", &ran);
         let steps = steps_table(&report);
         assert_eq!(steps.rows().len() as u64, Job::STEPS);
         assert_eq!(steps.rows()[1][5], report.pages[1].to_string());
@@ -363,7 +353,9 @@ mod tests {
         let (row, live) = decoder_replayed(&book, &h200, "cube").unwrap();
         assert_eq!(live, 0);
         assert_eq!(row[..5], ["cube", "3 (0 B)", "0 of 40", "0 of 20", "+0 B"]);
-        assert_eq!(row[5], "16.4 GiB / 16.4 GiB");
+        // Bytes reserved at the last step, on the H200 / dry: the same.
+        let (gpu, dry) = row[5].split_once(" / ").unwrap();
+        assert_eq!(gpu, dry, "{row:?}");
     }
 
     #[test]

@@ -157,28 +157,24 @@ pub fn misses_table(book: &Book) -> Result<Table, CellError> {
 /// many runs of each, and which differ in bytes reserved at any step. Panics unless that is
 /// the capped fused SiTU arm alone, each recorded three times, as the chapter says.
 pub fn repeats_summary(book: &Book) -> Result<String, CellError> {
-    let names: Vec<String> = book
-        .rerun_records()?
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
+    let records = book.rerun_records()?;
     let (mut varied, gpu_runs) = (vec![], 3);
-    for name in &names {
-        let (record, repeats) = book.rerun_with_repeats(name)?;
+    for (name, record) in &records {
+        let repeats: Vec<RerunRecord> = book.repeats_in(RESULTS, name)?;
         assert_eq!(
             1 + repeats.len(),
             gpu_runs,
             "the text: {name} ran three times"
         );
         let reserved = |r: &RerunRecord| r.steps.iter().map(|s| s.reserved).collect::<Vec<_>>();
-        if repeats.iter().any(|r| reserved(r) != reserved(&record)) {
+        if repeats.iter().any(|r| reserved(r) != reserved(record)) {
             varied.push(name.clone());
         }
     }
     assert_eq!(varied, [SPREAD_RUN], "the text names this run");
     Ok(format!(
         "configurations recorded: {}; runs of each: {gpu_runs}; whose runs differ: {}",
-        names.len(),
+        records.len(),
         varied.join(", ")
     ))
 }
@@ -195,8 +191,7 @@ pub fn spread_table(book: &Book) -> Result<(Table, u64), CellError> {
     let name = SPREAD_RUN;
     // One read of the record and its repeats, for the replay and for the spread.
     let (record, repeats) = book.rerun_with_repeats(name)?;
-    let autotune = book.h200_autotune();
-    let (outcome, e) = situ::dry::replay(&record, &repeats, book.h200_card()?, Some(&autotune))?;
+    let (outcome, e) = book.replay_recorded(&record, &repeats)?;
     // Per step, the least any GPU run reserved: the pool without the extra page.
     let gpu: Vec<&RerunRecord> = std::iter::once(&record).chain(&repeats).collect();
     let least: Vec<u64> = (0..record.steps.len())
