@@ -87,7 +87,7 @@ pub fn export(root: &Path, config: &Config, chapter: &str, dir: &Path) -> Result
     let mut list = String::new();
     let runnable: Vec<_> = cells
         .iter()
-        .filter(|c| !(c.options.prelude || c.options.parameters || c.options.gpu))
+        .filter(|c| !(c.options.shared().is_some() || c.options.gpu))
         .collect();
     for c in &runnable {
         let module = format!("cell_{}", c.fence_line);

@@ -41,7 +41,7 @@ pub(crate) fn source_key(shared: &[(String, usize)], cell: &CellBlock, reads: &[
 /// edit that leaves these as they were (`mdbook-cells fmt`'s, say) leaves every freeze current.
 pub(crate) fn chapter_sources(segments: &[Segment]) -> Vec<String> {
     let cells = || parse::cells(segments);
-    let shared: String = (cells().filter(|c| c.options.parameters || c.options.prelude))
+    let shared: String = (cells().filter(|c| c.options.shared().is_some()))
         .map(|c| c.code.as_str())
         .collect();
     (cells().filter(|c| c.options.gpu))

@@ -83,7 +83,7 @@ pub(crate) fn unused_prelude_problems(chapters: &[(String, &[Segment])]) -> Vec<
             continue;
         };
         let codes: Vec<&str> = (cells.iter())
-            .filter(|c| !(c.options.prelude || c.options.parameters))
+            .filter(|c| c.options.shared().is_none())
             .map(|c| c.code.as_str())
             .collect();
         for (line, item) in shared::unused_items(&prelude.code, &codes) {
@@ -156,9 +156,7 @@ fn formattable<'a>(root: &Path, segments: &'a [Segment]) -> Vec<(&'a CellBlock, 
         freeze::chapter_sources(&after) == freeze::chapter_sources(segments)
     };
     (cells.into_iter().zip(new))
-        .filter(|(c, _)| {
-            keeps_freezes || !(c.options.gpu || c.options.prelude || c.options.parameters)
-        })
+        .filter(|(c, _)| keeps_freezes || !(c.options.gpu || c.options.shared().is_some()))
         .collect()
 }
 

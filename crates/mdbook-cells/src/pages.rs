@@ -95,9 +95,9 @@ pub(crate) fn render_pages(
                 }
             }
         }
-        let runs = segments.iter().any(|s| {
-            matches!(s, Segment::Cell(c) if !(c.options.prelude || c.options.parameters || c.options.gpu))
-        });
+        let runs = segments.iter().any(
+            |s| matches!(s, Segment::Cell(c) if !(c.options.shared().is_some() || c.options.gpu)),
+        );
         if runs {
             page.push_str(&render::export_note(&export::command(
                 preprocessor,

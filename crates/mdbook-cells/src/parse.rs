@@ -1,5 +1,6 @@
 //! Finding cells in a chapter's markdown and reading their `//| key: value` options.
 
+use crate::outcome::SharedPart;
 use crate::types::MAX_TIMEOUT_S;
 use std::fmt;
 
@@ -395,6 +396,18 @@ impl CellBlock {
 }
 
 impl CellOptions {
+    /// Which of its chapter's shared cells this is, if it is one: code the cells share, not
+    /// run by itself.
+    pub fn shared(&self) -> Option<SharedPart> {
+        if self.prelude {
+            Some(SharedPart::Prelude)
+        } else if self.parameters {
+            Some(SharedPart::Parameters)
+        } else {
+            None
+        }
+    }
+
     fn set(&mut self, option: &str) -> Result<(), String> {
         let (key, value) = match option.split_once(':') {
             Some((k, v)) => (k.trim(), Some(v.trim())),

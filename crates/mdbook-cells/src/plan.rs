@@ -152,7 +152,7 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMod
                 .map(CellError::Option)
                 .collect();
             cell_errors.extend(errors.remove(&(d, s)).unwrap_or_default());
-            let shared = c.options.prelude || c.options.parameters;
+            let shared = c.options.shared().is_some();
             let blocked = broken[d].filter(|_| !shared && cell_errors.is_empty());
             let valid = !shared && cell_errors.is_empty() && blocked.is_none();
             let reads = valid.then(|| read_digests(root, c, &mut trees, &mut memo));

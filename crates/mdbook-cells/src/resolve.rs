@@ -90,20 +90,15 @@ fn resolve_cell(
     } else if let Some(line) = f.blocked {
         let why = format!("this chapter's parameters (line {line}) are in error: shown there");
         (failed(Fault::ParametersInError, why), Source::NotRun)
-    } else if c.options.prelude || c.options.parameters {
+    } else if let Some(part) = c.options.shared() {
         let lines = c.code_line..c.code_line + c.code.lines().count();
         let errors: Vec<&str> = (shared.errors.iter())
             .filter(|(line, _)| lines.contains(line))
             .map(|(_, text)| text.as_str())
             .collect();
         let shown = if !errors.is_empty() {
-            let part = if c.options.prelude {
-                SharedPart::Prelude
-            } else {
-                SharedPart::Parameters
-            };
             failed(Fault::SharedCode(part), errors.join("\n\n"))
-        } else if c.options.parameters {
+        } else if part == SharedPart::Parameters {
             Shown::Output(Stored::of(Outcome::Value {
                 kind: OutputKind::Table,
                 body: parameters_table(shared.params),
