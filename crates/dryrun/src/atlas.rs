@@ -195,7 +195,8 @@ pub struct Atlas {
 }
 
 impl Atlas {
-    /// Reads every `*.json.log` cache file in `dir`.
+    /// Reads every `*.json.log` cache file in `dir` (a GPU's cache folder, a dry device's, or
+    /// an atlas written by [`Atlas::write`]).
     pub fn read(dir: &Path) -> Result<Atlas, AutotuneError> {
         let mut entries = Vec::new();
         for (name, text) in cache_files(dir)? {

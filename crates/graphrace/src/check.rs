@@ -84,7 +84,7 @@ impl Finding {
 /// whole and ungrouped, to search a log for.
 pub(crate) fn readable_bytes(b: u64) -> String {
     let shown = basics::bytes::show(b);
-    if b < 1024 {
+    if b < basics::bytes::Unit::KiB.size() {
         shown
     } else {
         format!("{shown} ({b} B)")

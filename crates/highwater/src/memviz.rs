@@ -37,7 +37,6 @@ pub fn snapshot_pickle(trace: &MemTrace) -> Vec<u8> {
 pub fn snapshot(trace: &MemTrace) -> Value {
     let bases = page_bases(trace);
     let address = |e: &MemEvent| bases[&e.page] + e.offset;
-    let int = |v: u64| Value::Int(v as i64);
     let frames_of = |e: &MemEvent| {
         let l = trace.label(e);
         let phase = serde_json::to_value(e.phase).expect("a phase serializes");
@@ -125,7 +124,6 @@ fn segments(
     bases: &BTreeMap<u32, u64>,
     frames_of: &dyn Fn(&MemEvent) -> Value,
 ) -> Vec<Value> {
-    let int = |v: u64| Value::Int(v as i64);
     held.iter()
         .map(|(&page, &bytes)| {
             let base = bases[&page];
@@ -179,6 +177,11 @@ fn segments(
 }
 
 /// A slice's bytes as the pool lays it out: rounded up to the alignment.
+/// A byte count or an address as the snapshot's integers.
+fn int(v: u64) -> Value {
+    Value::Int(v as i64)
+}
+
 fn block_size(e: &MemEvent) -> u64 {
     e.bytes.next_multiple_of(CUDA_ALIGNMENT)
 }

@@ -379,7 +379,8 @@ fn ad_grad<B: GateBackend, C: CheckpointStrategy>(
     out
 }
 
-fn path<B: SituBackend>(mid: Tensor<B, 2>, fused: bool) -> Tensor<B, 2> {
+/// SiTU-GLU of `mid` by the fused kernel or the tensor path.
+pub fn path<B: SituBackend>(mid: Tensor<B, 2>, fused: bool) -> Tensor<B, 2> {
     if fused {
         situ_glu_fused(mid, SOFT_CAP)
     } else {

@@ -255,7 +255,8 @@ pub fn rerun_network(
 
 /// Every problem in CubeCL's autotune cache for GPU 0 now (none when it has no folder yet).
 fn tuned_so_far() -> Vec<TunedProblem> {
-    dryrun::AutotuneCache::read(&dryrun::autotune::cuda_cache_dir(0))
+    dryrun::Atlas::read(&dryrun::autotune::cuda_cache_dir(0))
+        .map(|atlas| atlas.entries)
         .unwrap_or_default()
         .into_iter()
         .map(|t| TunedProblem {

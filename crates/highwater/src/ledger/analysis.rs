@@ -97,13 +97,17 @@ impl<'a> Analysis<'a> {
     }
 
     /// Where each node's output lives (a view, in place, fused, new), and the buffer it is on.
+    /// The last node that reads tensor `t`, if any does.
+    fn last_use(&self, t: usize) -> Option<usize> {
+        self.consumers[t].iter().copied().max()
+    }
+
     fn storage(&self, kept: &[Kept]) -> (Vec<Storage>, Vec<TensorId>) {
         let g = self.g;
         let n = g.nodes.len();
         let dtype = g.dtype;
         let mut storage = vec![Storage::New; n];
         let mut buffer_of: Vec<TensorId> = (0..n).map(TensorId).collect();
-        let last_use = |t: usize| self.consumers[t].iter().copied().max();
         for i in 0..n {
             let nd = &g.nodes[i];
             storage[i] = match &nd.op {
@@ -130,7 +134,7 @@ impl<'a> Analysis<'a> {
                             j != t.0
                                 && buffer_of[j] == owner
                                 && storage[j] != Storage::Fused
-                                && (holds(&kept[j]) || last_use(j).is_some_and(|u| u >= i))
+                                && (holds(&kept[j]) || self.last_use(j).is_some_and(|u| u >= i))
                         });
                         // Fusion writes a fused kernel's output to a fresh buffer rather than
                         // into a strided view of another tensor (measured on the H200: the SiTU
@@ -141,7 +145,7 @@ impl<'a> Analysis<'a> {
                         !matches!(storage[t.0], Storage::External | Storage::Fused)
                             && !fused_view
                             && !holds(&kept[t.0])
-                            && last_use(t.0) == Some(i)
+                            && self.last_use(t.0) == Some(i)
                             && nd.inputs.iter().filter(|x| **x == t).count() == 1
                             && !shares
                             && g.nodes[t.0].shape == nd.shape
@@ -181,7 +185,6 @@ impl<'a> Analysis<'a> {
         let dtype = g.dtype;
         let kept = self.kept();
         let (storage, buffer_of) = self.storage(&kept);
-        let last_use = |t: usize| self.consumers[t].iter().copied().max();
 
         // Forward liveness per buffer: until the last use of any tensor on it, unless held.
         let mut buffer_end: Vec<Option<usize>> = vec![None; n];
@@ -191,7 +194,7 @@ impl<'a> Analysis<'a> {
                 continue;
             }
             let o = buffer_of[i].0;
-            let end = last_use(i).unwrap_or(i).max(i);
+            let end = self.last_use(i).unwrap_or(i).max(i);
             buffer_end[o] = Some(buffer_end[o].map_or(end, |e: usize| e.max(end)));
             if holds(&kept[i]) {
                 buffer_held[o] = true;

@@ -382,9 +382,7 @@ impl Exec<'_> {
         self.drop_val(g);
         out
     }
-}
 
-impl Exec<'_> {
     /// The tape's order: depth, then discovery order of the stack-based search from the output.
     fn tape_order(&self) -> Vec<usize> {
         let g = self.f.g;

@@ -22,11 +22,11 @@ use burn::tensor::Tensor;
 use cubecl::Runtime;
 use serde::Serialize;
 use situ::cube;
-use situ::gate::strategy_name;
+use situ::gate::{self, strategy_name};
 use situ::gpu::{Cube, CubeAd, CudaDevice, CudaRuntime, sync, tensor};
 use situ::provenance::{self, Provenance};
 use situ::reference::{fresh_seed, nonzero_uniforms};
-use situ::{SOFT_CAP, SituCounts, situ_glu_fused, situ_glu_tensor};
+use situ::{SOFT_CAP, SituCounts};
 
 const N: usize = 4096;
 const F: usize = 2048;
@@ -277,11 +277,7 @@ fn autodiff_paths(device: &CudaDevice, mid_host: &[f64], floor_ms: f64) -> Vec<P
     for (name, fused) in [("tensor", false), ("fused", true)] {
         let before = SituCounts::now();
         let t = timed(device, || {
-            let h = if fused {
-                situ_glu_fused(x.clone(), SOFT_CAP)
-            } else {
-                situ_glu_tensor(x.clone(), SOFT_CAP)
-            };
+            let h = gate::path(x.clone(), fused);
             let grads = h.backward();
             let g = x.grad(&grads).expect("tracked");
             drop((g, grads));
@@ -308,18 +304,10 @@ fn live<C: CheckpointStrategy>(device: &CudaDevice, mid_host: &[f64]) -> Vec<Mem
     let mut out = vec![];
     for (name, fused) in [("tensor", false), ("fused", true)] {
         // One untimed call first, so the pool's pages exist and the delta is slices only.
-        let h = if fused {
-            situ_glu_fused(x.clone(), SOFT_CAP)
-        } else {
-            situ_glu_tensor(x.clone(), SOFT_CAP)
-        };
+        let h = gate::path(x.clone(), fused);
         drop(h.backward());
         let (before, _) = in_use(device);
-        let h = if fused {
-            situ_glu_fused(x.clone(), SOFT_CAP)
-        } else {
-            situ_glu_tensor(x.clone(), SOFT_CAP)
-        };
+        let h = gate::path(x.clone(), fused);
         let (after, reserved) = in_use(device);
         drop(h.backward());
         let delta = after as i64 - before as i64;

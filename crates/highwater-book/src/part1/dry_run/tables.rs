@@ -382,7 +382,7 @@ pub fn autotune_table(book: &Book) -> Result<Table, CellError> {
             cold_choices = outcome.autotune_misses;
         }
     }
-    let gpu_choices = dryrun::AutotuneCache::read(gpu_cache)?;
+    let gpu_choices = dryrun::Atlas::read(gpu_cache)?.entries;
     let other = cold_choices
         .iter()
         .filter(|m| {
