@@ -3,7 +3,7 @@
 //! the outcomes worth keeping cached.
 
 use crate::bundle::BundledCell;
-use crate::cache::{Cache, Entry};
+use crate::cache::{self, Cache, Entry};
 use crate::compile::{self, CellCrate, CellSource, LineMap};
 use crate::config::{Config, GpuMode};
 use crate::error::{BundleError, Error};
@@ -11,7 +11,8 @@ use crate::execute::{self, Job};
 use crate::outcome::{FailureKind, Outcome, Stored};
 use crate::plan::{Plan, PlannedCell};
 use crate::quick::{self, RustcCall};
-use crate::types::{Compilation, Document, Source};
+use crate::store::{self, Store, StoreMode};
+use crate::types::{Compilation, Document, Problem, Source, StoreNote};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,6 +47,8 @@ pub(crate) struct Got {
 /// run: a prelude, a GPU cell shown frozen, a bundled one), and the errors in shared code.
 pub(crate) struct Built {
     pub(crate) got: HashMap<String, Got>,
+    /// What the build found or did in the output store.
+    pub(crate) store: StoreOutcome,
     /// The compile errors found in each chapter's shared code: chapter line and text.
     pub(crate) prelude_errors: HashMap<usize, Vec<(usize, String)>>,
     pub(crate) stats: BuildStats,
@@ -54,8 +57,10 @@ pub(crate) struct Built {
 /// What the build did, for the report.
 #[derive(Default)]
 pub(crate) struct BuildStats {
-    /// Cells taken from the cache.
+    /// Cells taken from this machine's cache.
     pub(crate) cached: usize,
+    /// Cells served from the committed store.
+    pub(crate) stored: usize,
     /// Cells run.
     pub(crate) ran: usize,
     /// Cells this build ran or took from the cache.
@@ -70,8 +75,10 @@ pub(crate) struct BuildStats {
     pub(crate) compile_failed: HashSet<String>,
 }
 
-/// Stage 2: cache hits are taken, the rest compiled and run (GPU cells bundled instead, when
-/// bundling), outcomes worth keeping cached; cache entries no planned cell has are dropped.
+/// Stage 2: outputs are taken from this machine's cache, else from the committed store; the
+/// rest compiled and run (GPU cells bundled instead, when bundling), outcomes worth keeping
+/// cached; cache entries no planned cell has are dropped. Verifying, nothing is taken: every
+/// cell runs and the store is held to it. Refreshing, the store is rewritten last.
 pub(crate) fn build(
     root: &Path,
     config: &Config,
@@ -85,25 +92,36 @@ pub(crate) fn build(
         source,
     };
     let cache = Cache::open(&cache_dir).map_err(cache_error)?;
+    let mode = config.store_mode.unwrap_or_default();
+    // The store holds CPU builds' outputs: a build that compiles GPU cells keys every cell
+    // with their dependencies too, so it can find nothing there.
+    let store_dir = config.store_dir.as_ref().filter(|_| !gpu.compiled());
+    let mut store = StoreAccess::new(root, store_dir, mode);
     let mut got: HashMap<String, Got> = HashMap::new();
     let (mut misses, mut bundled) = (Vec::new(), Vec::new());
+    let mut stats = BuildStats::default();
     for f in &plan.cells {
         let Some(key) = &f.key else { continue };
         if gpu.bundles(f) {
             bundled.push(f);
-        } else if let Some(entry) = cache.get(key) {
-            let source = Source::Cached(entry.ran_ms.map(Duration::from_millis));
-            let stored = entry.stored;
-            got.insert(f.module.clone(), Got { stored, source });
-        } else {
+            continue;
+        }
+        if mode == StoreMode::Verify && store_dir.is_some() {
             misses.push(f);
+            continue;
+        }
+        match ready(key, &cache, &mut store).map_err(cache_error)? {
+            Some(ready) => {
+                match ready.source {
+                    Source::Stored { .. } => stats.stored += 1,
+                    _ => stats.cached += 1,
+                }
+                got.insert(f.module.clone(), ready);
+            }
+            None => misses.push(f),
         }
     }
-    let mut stats = BuildStats {
-        cached: got.len(),
-        cells_run_or_cached: got.len() + misses.len(),
-        ..BuildStats::default()
-    };
+    stats.cells_run_or_cached = got.len() + misses.len();
     let mut prelude_errors = HashMap::new();
     if !misses.is_empty() || !bundled.is_empty() {
         let cached_compile_failure = |f: &PlannedCell| {
@@ -120,7 +138,13 @@ pub(crate) fn build(
             &wanted,
             gpu,
         )?;
-        let (jobs, to_bundle) = jobs(root, config, docs, plan, gpu, &build, &wanted, &mut got)?;
+        let runs = Runs {
+            config,
+            docs,
+            plan,
+            store: store.get(),
+        };
+        let (jobs, to_bundle) = jobs(root, &runs, gpu, &build, &wanted, &mut got)?;
         gpu.write_bundle(
             root,
             config,
@@ -145,21 +169,295 @@ pub(crate) fn build(
         .filter(|(_, g)| g.stored.outcome.failure() == Some(FailureKind::Compile))
         .map(|(module, _)| module.clone())
         .collect();
+    let store = settle_store(root, docs, plan, &got, store)?;
     Ok(Built {
         got,
         prelude_errors,
         stats,
+        store,
     })
+}
+
+/// An output computed earlier under `key`: from this machine's cache, else from the store
+/// (then copied to the cache, so that the next build need not read the store).
+fn ready(key: &str, cache: &Cache, store: &mut StoreAccess<'_>) -> std::io::Result<Option<Got>> {
+    if let Some(entry) = cache.get(key) {
+        let source = Source::Cached {
+            ran: entry.ran_ms.map(Duration::from_millis),
+            computed: entry.computed,
+        };
+        return Ok(Some(Got {
+            stored: entry.stored,
+            source,
+        }));
+    }
+    let Some(entry) = store.get().and_then(|s| s.get(key)) else {
+        return Ok(None);
+    };
+    let cached = Entry {
+        stored: entry.stored.clone(),
+        ran_ms: Some(entry.ran_ms),
+        computed: Some(entry.computed.clone()),
+    };
+    cache.put(key, &cached)?;
+    let source = Source::Stored {
+        ran: entry.ran(),
+        computed: entry.computed.clone(),
+    };
+    Ok(Some(Got {
+        stored: cached.stored,
+        source,
+    }))
+}
+
+/// The store's part once every cell has its outcome: in a serve build, how many outputs it
+/// lacks; verifying, every way it fails the build's outputs; refreshing, rewritten to them.
+fn settle_store(
+    root: &Path,
+    docs: &[Document],
+    plan: &Plan,
+    got: &HashMap<String, Got>,
+    store: StoreAccess<'_>,
+) -> Result<StoreOutcome, Error> {
+    let (Some(dir), mode) = (store.dir, store.mode) else {
+        return Ok(StoreOutcome::default());
+    };
+    let Some((opened, problems)) = store.opened else {
+        // Every cell came from this machine's cache: the store was not read.
+        return Ok(StoreOutcome {
+            note: Some(StoreNote::Served { missing: 0 }),
+            ..StoreOutcome::default()
+        });
+    };
+    let mut held = StoreOutcome {
+        problems,
+        ..StoreOutcome::default()
+    };
+    held.note = Some(match mode {
+        StoreMode::Serve => {
+            let missing = (plan.cells.iter())
+                .filter(|f| f.key.as_ref().is_some_and(|k| opened.get(k).is_none()))
+                .filter(|f| (got.get(&f.module)).is_some_and(|g| worth_keeping(plan, f, &g.stored)))
+                .count();
+            StoreNote::Served { missing }
+        }
+        StoreMode::Verify => {
+            verify(plan, &opened, got, &mut held);
+            StoreNote::Verified
+        }
+        StoreMode::Refresh => {
+            let chapters = stored_chapters(docs, plan, got);
+            let (written, removed) =
+                store::write(root, dir, &chapters).map_err(|source| Error::Store {
+                    path: root.join(dir),
+                    source,
+                })?;
+            StoreNote::Refreshed {
+                written: written.len(),
+                removed: removed.len(),
+            }
+        }
+    });
+    Ok(held)
+}
+
+/// The store, read on first use: a build whose every cell is in this machine's cache never
+/// reads it (unless it verifies or refreshes it).
+struct StoreAccess<'a> {
+    root: &'a Path,
+    dir: Option<&'a PathBuf>,
+    mode: StoreMode,
+    opened: Option<(Store, Vec<Problem>)>,
+}
+
+impl<'a> StoreAccess<'a> {
+    fn new(root: &'a Path, dir: Option<&'a PathBuf>, mode: StoreMode) -> StoreAccess<'a> {
+        let mut access = StoreAccess {
+            root,
+            dir,
+            mode,
+            opened: None,
+        };
+        if mode != StoreMode::Serve {
+            access.get();
+        }
+        access
+    }
+
+    /// The store, read now if it was not yet; `None` for a book without one.
+    fn get(&mut self) -> Option<&Store> {
+        let dir = self.dir?;
+        let (root, opened) = (self.root, &mut self.opened);
+        Some(
+            &opened
+                .get_or_insert_with(|| Store::open(root, &root.join(dir)))
+                .0,
+        )
+    }
+}
+
+/// What a build found or did in the store, passed on to resolve and the report.
+#[derive(Default)]
+pub(crate) struct StoreOutcome {
+    /// For the report's summary.
+    pub(crate) note: Option<StoreNote>,
+    /// A cell's stored output missing or differing (verifying), by module.
+    pub(crate) checks: HashMap<String, Check>,
+    /// Problems of the store as a whole: a file that does not read, entries no cell has.
+    pub(crate) problems: Vec<Problem>,
+}
+
+/// Why the store fails a cell, verifying.
+pub(crate) enum Check {
+    /// It holds no output for the cell's current key.
+    Missing,
+    /// Its output, computed then, differs from this build's so.
+    Differs {
+        /// When the stored output was computed.
+        computed: String,
+        /// Where they part.
+        why: String,
+    },
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Check::Missing => write!(
+                f,
+                "the output store holds no output for this cell's current code and inputs (it \
+                 is stale): `{}` rewrites it",
+                store::REFRESH_COMMAND
+            ),
+            Check::Differs { computed, why } => write!(
+                f,
+                "this build's output differs from the one stored (computed {computed}): {why}; \
+                 if it legitimately varies from run to run, say why with `//| varies: …`"
+            ),
+        }
+    }
+}
+
+/// Holds the store to this build's outputs (every cell ran): each cell's key must be there
+/// with the same output (a `varies` cell: there, whatever its output), and every entry must
+/// belong to a cell.
+fn verify(plan: &Plan, store: &Store, got: &HashMap<String, Got>, held: &mut StoreOutcome) {
+    for f in &plan.cells {
+        let (Some(key), Some(now)) = (&f.key, got.get(&f.module)) else {
+            continue;
+        };
+        if !worth_keeping(plan, f, &now.stored) {
+            // A failure: already a problem of its own.
+            continue;
+        }
+        let check = match store.get(key) {
+            None => Some(Check::Missing),
+            Some(_) if plan.block(f).options.varies.is_some() => None,
+            Some(entry) => {
+                store::difference(&entry.stored, &now.stored).map(|why| Check::Differs {
+                    computed: entry.computed.clone(),
+                    why,
+                })
+            }
+        };
+        if let Some(check) = check {
+            held.checks.insert(f.module.clone(), check);
+        }
+    }
+    let live: HashSet<&str> = plan.cells.iter().filter_map(|f| f.key.as_deref()).collect();
+    for (file, n) in store.orphans(&live) {
+        held.problems.push(Problem {
+            file: file.display().to_string(),
+            line: 0,
+            reason: format!(
+                "{n} stored output(s) no cell of the book has (stale): `{}` removes them",
+                store::REFRESH_COMMAND
+            ),
+        });
+    }
+}
+
+/// Whether an outcome belongs in the cache and the store: an output, or a failure that is the
+/// cell's content (an expected failure that would happen again).
+fn worth_keeping(plan: &Plan, f: &PlannedCell, stored: &Stored) -> bool {
+    match stored.outcome.failure() {
+        None => true,
+        Some(kind) => plan.block(f).options.expect_fail && kind.is_deterministic(),
+    }
+}
+
+/// Every chapter's outputs worth keeping, in page order, as the store files them: the time of
+/// the run that computed each (this build's, or the one the cache or store kept).
+fn stored_chapters(
+    docs: &[Document],
+    plan: &Plan,
+    got: &HashMap<String, Got>,
+) -> Vec<(String, Vec<store::Entry>)> {
+    let now = provenance::utc_now();
+    docs.iter()
+        .enumerate()
+        .map(|(d, doc)| {
+            let entries = (plan.cells.iter().filter(|f| f.doc == d))
+                .filter_map(|f| {
+                    let (key, got) = (f.key.as_ref()?, got.get(&f.module)?);
+                    if !worth_keeping(plan, f, &got.stored) {
+                        return None;
+                    }
+                    let (ran, computed) = match &got.source {
+                        Source::Ran(t) => (*t, now.clone()),
+                        Source::Cached { ran, computed } => (
+                            ran.unwrap_or_default(),
+                            computed.clone().unwrap_or_else(|| now.clone()),
+                        ),
+                        Source::Stored { ran, computed } => (*ran, computed.clone()),
+                        _ => return None,
+                    };
+                    Some(store::Entry {
+                        cell: f.store_name.clone(),
+                        key: key.clone(),
+                        computed,
+                        ran_ms: cache::millis(ran),
+                        stored: got.stored.clone(),
+                    })
+                })
+                .collect();
+            (doc.source.clone(), entries)
+        })
+        .collect()
+}
+
+/// What the cells to run are, and what their timeouts rest on.
+struct Runs<'a> {
+    config: &'a Config,
+    docs: &'a [Document],
+    plan: &'a Plan,
+    store: Option<&'a Store>,
+}
+
+impl Runs<'_> {
+    /// The seconds a cell is given: its own (`//| timeout`) or the book's.
+    fn given(&self, f: &PlannedCell) -> u64 {
+        self.plan
+            .block(f)
+            .options
+            .timeout
+            .unwrap_or(self.config.timeout)
+    }
+
+    /// The cell's timeout: the seconds it is given, or [`store::TIMEOUT_MARGIN`] times the run
+    /// that computed its stored output, whichever is longer.
+    fn timeout(&self, f: &PlannedCell) -> Duration {
+        let ran = (self.store.zip(f.key.as_ref()))
+            .and_then(|(s, key)| s.ran(key, &self.docs[f.doc].source, &f.store_name));
+        store::timeout(Duration::from_secs(self.given(f)), ran)
+    }
 }
 
 /// The compiled cells of `wanted` to run, and the GPU cells to bundle; a cell that did not
 /// compile gets its failure in `got` instead.
-#[allow(clippy::too_many_arguments)]
 fn jobs(
     root: &Path,
-    config: &Config,
-    docs: &[Document],
-    plan: &Plan,
+    runs: &Runs<'_>,
     gpu: &GpuMode,
     build: &Build,
     wanted: &[&PlannedCell],
@@ -172,7 +470,6 @@ fn jobs(
             got.insert(f.module.clone(), Got { stored, source });
             continue;
         }
-        let secs = plan.block(f).options.timeout.unwrap_or(config.timeout);
         match &f.freeze {
             Some(at) if gpu.bundles(f) => {
                 let Ok(freeze) = at.path.strip_prefix(root) else {
@@ -180,16 +477,17 @@ fn jobs(
                 };
                 to_bundle.push(BundledCell {
                     module: f.module.clone(),
-                    chapter: docs[f.doc].source.clone(),
-                    line: plan.block(f).fence_line,
-                    timeout_s: secs,
+                    chapter: runs.docs[f.doc].source.clone(),
+                    line: runs.plan.block(f).fence_line,
+                    // A GPU run has no stored time to rest on: the cell's own timeout.
+                    timeout_s: runs.given(f),
                     freeze: freeze.to_path_buf(),
                     source: at.source.clone(),
                 });
             }
             _ => jobs.push(Job {
                 module: f.module.clone(),
-                timeout: Duration::from_secs(secs),
+                timeout: runs.timeout(f),
             }),
         }
     }
@@ -208,11 +506,7 @@ fn keep_in_cache(
         let (Some(key), Some(got)) = (&f.key, got.get(&f.module)) else {
             continue;
         };
-        let keep = match got.stored.outcome.failure() {
-            None => true,
-            Some(kind) => plan.block(f).options.expect_fail && kind.is_deterministic(),
-        };
-        if keep {
+        if worth_keeping(plan, f, &got.stored) {
             let ran = match got.source {
                 Source::Ran(t) => t,
                 _ => Duration::ZERO,

@@ -19,14 +19,25 @@ pub struct Entry {
     /// The run's wall time, in milliseconds (absent in entries of older engines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ran_ms: Option<u64>,
+    /// When the run was (UTC; absent in entries of older engines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub computed: Option<String>,
 }
 
 impl Entry {
-    /// An outcome and the time its run took.
+    /// An outcome of a run that ended now, and the time it took.
     pub fn new(stored: Stored, ran: Duration) -> Entry {
-        let ran_ms = Some(u64::try_from(ran.as_millis()).unwrap_or(u64::MAX));
-        Entry { stored, ran_ms }
+        Entry {
+            stored,
+            ran_ms: Some(millis(ran)),
+            computed: Some(provenance::utc_now()),
+        }
     }
+}
+
+/// A duration in whole milliseconds, as entries keep it.
+pub fn millis(t: Duration) -> u64 {
+    u64::try_from(t.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The output cache: a locked folder of entries.
@@ -121,6 +132,13 @@ mod tests {
         cache.put("bb", &stored("two")).unwrap();
         assert_eq!(cache.get("aa"), Some(stored("one")));
         assert_eq!(cache.get("aa").unwrap().ran_ms, Some(1500));
+        assert!(
+            cache
+                .get("aa")
+                .unwrap()
+                .computed
+                .is_some_and(|d| d.ends_with('Z'))
+        );
         // An entry of an engine that kept no time still reads.
         let old = r#"{"stdout":"","stderr":"","kind":"text","body":"x"}"#;
         std::fs::write(dir.join("outputs/old.json"), old).unwrap();

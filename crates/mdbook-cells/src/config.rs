@@ -3,6 +3,7 @@
 use crate::error::Error;
 use crate::freeze;
 use crate::parse::closest;
+use crate::store::StoreMode;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,14 @@ pub struct Config {
     /// Where GPU cells' frozen outputs live, relative to the book root (commit it).
     #[serde(default = "default_freeze_dir")]
     pub freeze_dir: PathBuf,
+    /// Where every CPU cell's output is committed, relative to the book root, so that a fresh
+    /// clone renders without running a cell (see [`crate::store`]); none: no store.
+    #[serde(default)]
+    pub store_dir: Option<PathBuf>,
+    /// What the build does with the store: serve (the default), verify or refresh.
+    /// `MDBOOK_CELLS_STORE` wins.
+    #[serde(default)]
+    pub store_mode: Option<StoreMode>,
     /// Dependencies only GPU cells need (a CUDA backend), added to the cell crate when GPU
     /// cells are compiled; CPU-only builds never compile them.
     #[serde(default)]
@@ -104,6 +113,8 @@ const KNOWN: &[&str] = &[
     "gpu",
     "gpu-name",
     "freeze-dir",
+    "store-dir",
+    "store-mode",
     "gpu-dependencies",
     "gpu-bundle",
     "profile",
@@ -125,6 +136,8 @@ impl Default for Config {
             gpu: false,
             gpu_name: None,
             freeze_dir: default_freeze_dir(),
+            store_dir: None,
+            store_mode: None,
             gpu_dependencies: toml::Table::new(),
             gpu_bundle: None,
             profile: toml::Table::new(),
@@ -164,6 +177,7 @@ impl Config {
         for (key, dir) in [
             ("cache-dir", Some(&self.cache_dir)),
             ("gpu-bundle", self.gpu_bundle.as_ref()),
+            ("store-dir", self.store_dir.as_ref()),
         ] {
             if let Some(dir) = dir.filter(|d| inside_src(d)) {
                 return Err(Error::Config(format!(

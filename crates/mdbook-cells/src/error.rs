@@ -17,6 +17,14 @@ pub enum Error {
         /// The failed operation's error.
         source: std::io::Error,
     },
+    /// The output store could not be rewritten.
+    #[error("output store at {path}: {source}")]
+    Store {
+        /// The store folder.
+        path: PathBuf,
+        /// The failed operation's error.
+        source: std::io::Error,
+    },
     /// The generated crate could not be written.
     #[error("cannot write the cell crate at {path}: {source}")]
     Crate {

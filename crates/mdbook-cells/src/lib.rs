@@ -36,6 +36,7 @@ pub mod lint;
 pub mod outcome;
 pub mod parse;
 pub mod render;
+pub mod store;
 pub mod types;
 
 mod build;
@@ -50,7 +51,7 @@ mod resolve;
 mod shared;
 
 pub use error::Error;
-pub use types::{CellEntry, Compilation, Document, Problem, Report, Source, Status};
+pub use types::{CellEntry, Compilation, Document, Problem, Report, Source, Status, StoreNote};
 
 use config::Config;
 use config::GpuMode;
@@ -113,6 +114,8 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
         problems,
         cells: stats.cells_run_or_cached,
         cached: stats.cached,
+        stored: stats.stored,
+        store: resolved.store,
         ran: stats.ran,
         compiled: stats.compiled,
         compile_time: stats.compile_time,
@@ -149,6 +152,7 @@ impl mdbook_preprocessor::Preprocessor for Cells {
             || std::env::var("MDBOOK_CELLS_STRICT").is_ok_and(|v| v == "1" || v == "true");
         // Strict builds hold the cells to the same standard as the project's code.
         config.lint = Some(config.lint.unwrap_or(strict));
+        config.store_mode = Some(store::StoreMode::of(config.store_mode).map_err(Error::Config)?);
 
         let mut docs = Vec::new();
         book.for_each_chapter_mut(|ch| {

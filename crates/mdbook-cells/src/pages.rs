@@ -34,9 +34,11 @@ pub(crate) fn render_pages(
             Some((label.id.as_str(), (&r.shown, &plan.block(f).options)))
         })
         .collect();
+    let report_page = report_page(docs, plan).map(str::to_string);
     let mut cells = plan.cells.iter().zip(resolved);
     for (d, segments) in plan.chapters.iter().enumerate() {
         let doc = &docs[d];
+        let report = (report_page.as_deref()).map(|page| relative_href(&doc.html_path, page));
         for m in &plan.misplaced[d] {
             problems.push(Problem {
                 file: doc.source.clone(),
@@ -90,7 +92,8 @@ pub(crate) fn render_pages(
                         .fold_code
                         .unwrap_or(c.code.lines().count() > fold_code_over);
                     let label = planned.label.as_ref();
-                    page.push_str(&render::cell(c, &resolution.shown, label, fold));
+                    let report = report.as_deref();
+                    page.push_str(&render::cell(c, &resolution.shown, label, fold, report));
                     line += text_lines(seg);
                 }
             }
@@ -107,6 +110,30 @@ pub(crate) fn render_pages(
         docs[d].content = page;
     }
     problems
+}
+
+/// The page that holds `{{#cell-report}}`, if one does.
+fn report_page<'a>(docs: &'a [Document], plan: &Plan) -> Option<&'a str> {
+    let holds_report = |segments: &[Segment]| {
+        segments.iter().any(|seg| {
+            let Segment::Prose(text) = seg else {
+                return false;
+            };
+            let mut found = false;
+            directive::expand(text, |d, _| {
+                found |= d == Directive::Report;
+                String::new()
+            });
+            found
+        })
+    };
+    let d = plan.chapters.iter().position(|s| holds_report(s))?;
+    Some(docs[d].html_path.as_str())
+}
+
+/// `to` (a page's path in the book) as a link from the page at `from`.
+fn relative_href(from: &str, to: &str) -> String {
+    format!("{}{to}", "../".repeat(from.matches('/').count()))
 }
 
 /// The chapter lines a segment takes.

@@ -72,6 +72,10 @@ pub struct CellOptions {
     pub reads: Vec<String>,
     /// What the figure or table rests on, shown beside its caption.
     pub evidence: Vec<Evidence>,
+    /// Why its output legitimately differs from run to run (a replay that depends on host
+    /// timing): a build that verifies the output store then holds it by its asserts (it must
+    /// run and succeed) instead of byte for byte.
+    pub varies: Option<String>,
 }
 
 /// What a figure or table rests on, named at the point of use so a reader can weigh it.
@@ -134,6 +138,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "parameters",
     "reads",
     "evidence",
+    "varies",
 ];
 
 /// Something wrong with a cell found while parsing, at its chapter line.
@@ -477,6 +482,7 @@ impl CellOptions {
                     }
                 }
             }
+            "varies" => self.varies = Some(text(value)?),
             "reads" => {
                 self.reads = text(value)?
                     .split(',')

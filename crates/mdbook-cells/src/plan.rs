@@ -8,6 +8,7 @@ use crate::outcome::SharedPart;
 use crate::params::{self, Overrides, Param};
 use crate::parse::{self, CellBlock, OptionError, Segment};
 use crate::render::{self, Label, Labels};
+use crate::store;
 use crate::types::{Document, Problem};
 use std::collections::HashMap;
 use std::fmt;
@@ -24,6 +25,8 @@ pub(crate) struct PlannedCell {
     pub(crate) segment: usize,
     /// Its module in the generated crate.
     pub(crate) module: String,
+    /// Its name in the chapter's file of the output store (its id, or `cell N`).
+    pub(crate) store_name: String,
     /// The cache key; `None` for cells that are not compiled (preludes, bad options, GPU cells
     /// in a build that neither runs nor bundles them).
     pub(crate) key: Option<String>,
@@ -143,8 +146,10 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMod
     let mut trees = HashMap::new();
     for (d, segments) in chapters.iter().enumerate() {
         let mut gpu_cells = 0;
+        let mut nth = 0;
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
+            nth += 1;
             let mut cell_errors: Vec<CellError> = c
                 .option_errors
                 .iter()
@@ -176,6 +181,7 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMod
                 doc: d,
                 segment: s,
                 module: module_name(&docs[d].source, s),
+                store_name: store::cell_name(c.options.id.as_deref(), nth),
                 key,
                 freeze,
                 label: label_of.remove(&(d, s)),

@@ -71,8 +71,16 @@ pub fn label_name(id: &str, number: Option<&str>, n: usize) -> String {
 /// A cell as markdown: its code (unless hidden) and what it showed, inside one `div`; a
 /// `fold`ed cell shows what it showed first and its code under it, in a closed `<details>`. The
 /// anchor comes from `label`, not the options: a duplicate id gets none, so references and
-/// the page's ids all lead to the first cell that took it.
-pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>, fold: bool) -> String {
+/// the page's ids all lead to the first cell that took it. An unexpected failure says what
+/// the page is missing and links the build report at `report` (relative to the page), if the
+/// book has one.
+pub fn cell(
+    block: &CellBlock,
+    shown: &Shown,
+    label: Option<&Label>,
+    fold: bool,
+    report: Option<&str>,
+) -> String {
     let opts = &block.options;
     let mut out = String::from("\n<div class=\"cell\"");
     if let Some(label) = label {
@@ -110,6 +118,12 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>, fold: bool)
     {
         out.push_str(&shown_html(shown, caption.as_deref()));
     }
+    if let Shown::Failure {
+        expected: false, ..
+    } = shown
+    {
+        out.push_str(&missing_note(label, report));
+    }
     if show_code && fold {
         // Blank lines around the fence: markdown inside an HTML block needs them to render.
         let _ = write!(
@@ -120,6 +134,22 @@ pub fn cell(block: &CellBlock, shown: &Shown, label: Option<&Label>, fold: bool)
     }
     out.push_str("\n</div>\n\n");
     out
+}
+
+/// Under an unexpected failure: what the page lacks because of it, and where the build's
+/// problems are listed.
+fn missing_note(label: Option<&Label>, report: Option<&str>) -> String {
+    let what = label.map_or("This cell's output".to_string(), |l| l.name.clone());
+    let report = report.map_or(String::new(), |href| {
+        format!(
+            " The <a href=\"{}\">build report</a> lists every problem of this build.",
+            escape(href)
+        )
+    });
+    format!(
+        "<p class=\"cell-missing\">{what} is missing from this page: its cell failed in this \
+         build, as shown above, and nothing it would have shown is on the page.{report}</p>\n"
+    )
 }
 
 /// The note at the end of a chapter with cells: the command that takes them away.
@@ -414,7 +444,7 @@ mod tests {
         let crate::parse::Segment::Cell(block) = &block[0] else {
             panic!()
         };
-        let html = cell(block, &Shown::Nothing, None, false);
+        let html = cell(block, &Shown::Nothing, None, false, None);
         assert!(html.contains("````rust,noplayground\nlet s"));
     }
 
@@ -433,13 +463,13 @@ mod tests {
             },
         };
         let shown = Shown::Output(stored);
-        let html = cell(block, &shown, None, true);
+        let html = cell(block, &shown, None, true, None);
         let (result, code) = (html.find("printed").unwrap(), html.find("let x").unwrap());
         assert!(result < code, "the result comes first: {html}");
         assert!(html.contains(
             "<summary>The cell's code (2 lines)</summary>\n\n```rust,noplayground\nlet x = 1;\nx\n```\n\n</details>"
         ));
-        assert!(!cell(block, &shown, None, false).contains("<details"));
+        assert!(!cell(block, &shown, None, false, None).contains("<details"));
     }
 
     #[test]
@@ -476,7 +506,7 @@ mod tests {
             badge: "GPU\n\nH200".into(),
             stale: false,
         };
-        let html = cell(block, &frozen, None, false);
+        let html = cell(block, &frozen, None, false, None);
         assert!(
             html.contains("<p class=\"cell-caption\">a   b &lt;c&gt;</p>"),
             "{html}"
@@ -502,7 +532,7 @@ mod tests {
         };
         let tags = " <span class=\"cell-evidence\" data-evidence=\"gpu\">measured on a GPU</span> \
                     <span class=\"cell-evidence\" data-evidence=\"simulated\">simulated, calibrated</span>";
-        let html = cell(block, &shown, Some(&label), false);
+        let html = cell(block, &shown, Some(&label), false, None);
         assert!(
             html.contains(&format!("Table 1.1:</span> a{tags}</p>")),
             "{html}"

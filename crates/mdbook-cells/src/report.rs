@@ -39,13 +39,14 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
     let mut out = String::from("\n<div class=\"cell-report\">\n\n");
     let _ = writeln!(
         out,
-        "**{} cells** in {}: {} ran in this build, {} came from the cache, {} from GPU runs \
-         recorded earlier ({} stale); {}, running {}. **{} failed, {} \
-         problem(s).**\n",
+        "**{} cells** in {}: {} ran in this build, {} came from this machine's cache, {} from \
+         the committed store, {} from GPU runs recorded earlier ({} stale); {}, running {}{}. \
+         **{} failed, {} problem(s).**\n",
         report.entries.len(),
         plural(chapters(&report.entries).len(), "chapter"),
         report.ran,
         report.cached,
+        report.stored,
         frozen,
         stale,
         match report.compiled {
@@ -58,6 +59,11 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
             ),
         },
         seconds(report.run_time),
+        report
+            .store
+            .as_ref()
+            .map(|n| format!("; {n}"))
+            .unwrap_or_default(),
         failed,
         report.problems.len()
     );
@@ -145,7 +151,9 @@ fn chapters(entries: &[CellEntry]) -> Vec<&str> {
 /// How long the run that made the cell's output took, when it ran in this build or earlier.
 fn ran_for(source: &Source) -> Option<Duration> {
     match source {
-        Source::Ran(t) | Source::Cached(Some(t)) => Some(*t),
+        Source::Ran(t) | Source::Cached { ran: Some(t), .. } | Source::Stored { ran: t, .. } => {
+            Some(*t)
+        }
         _ => None,
     }
 }
@@ -155,7 +163,11 @@ fn source(e: &CellEntry) -> String {
     let what = match &e.source {
         Source::Ran(_) => "ran in this build".to_string(),
         Source::Compiled => "compiled in this build, not run".to_string(),
-        Source::Cached(_) => "cache".to_string(),
+        Source::Cached { computed, .. } => match computed {
+            Some(date) => format!("cache, computed {date}"),
+            None => "cache".to_string(),
+        },
+        Source::Stored { computed, .. } => format!("store, computed {computed}"),
         Source::Frozen {
             gpu,
             date,

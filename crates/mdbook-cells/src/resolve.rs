@@ -8,7 +8,7 @@ use crate::params::Param;
 use crate::parse::CellBlock;
 use crate::plan::{Plan, PlannedCell};
 use crate::render::Shown;
-use crate::types::{Document, Problem, Source};
+use crate::types::{Document, Problem, Source, StoreNote};
 use cell_output::{Align, Table};
 
 /// One cell, resolved: what its page shows, where that came from, and what is wrong.
@@ -29,6 +29,8 @@ pub(crate) struct Resolved {
     pub(crate) problems: Vec<Problem>,
     /// What the build did, passed on to the report.
     pub(crate) stats: BuildStats,
+    /// What it found or did in the output store.
+    pub(crate) store: Option<StoreNote>,
 }
 
 /// Resolves every planned cell from what the build got for it (or, for a GPU cell that did
@@ -38,8 +40,10 @@ pub(crate) fn resolve(docs: &[Document], plan: &Plan, built: Built, gpu: &GpuMod
         mut got,
         prelude_errors,
         stats,
+        store,
     } = built;
-    let mut problems = Vec::new();
+    let mut problems = store.problems;
+    let mut checks = store.checks;
     let cells = plan
         .cells
         .iter()
@@ -54,13 +58,22 @@ pub(crate) fn resolve(docs: &[Document], plan: &Plan, built: Built, gpu: &GpuMod
                 errors: prelude_errors.get(&f.doc).map_or(&[], Vec::as_slice),
                 params: &plan.params[f.doc],
             };
-            resolve_cell(f, c, chapter, got, shared, gpu)
+            let mut resolution = resolve_cell(f, c, chapter, got, shared, gpu);
+            if let Some(check) = checks.remove(f.module.as_str()) {
+                resolution.problems.push(Problem {
+                    file: chapter.clone(),
+                    line: c.fence_line,
+                    reason: check.to_string(),
+                });
+            }
+            resolution
         })
         .collect();
     Resolved {
         cells,
         problems,
         stats,
+        store: store.note,
     }
 }
 

@@ -52,8 +52,22 @@ pub enum Source {
     Ran(Duration),
     /// Compiled now and not run: it did not compile, or it went into a GPU bundle.
     Compiled,
-    /// Taken from the output cache; the run that made it took this long (when known).
-    Cached(Option<Duration>),
+    /// Taken from this machine's output cache (`cache-dir`): the run that made it took this
+    /// long, at this time (UTC), when known.
+    Cached {
+        /// How long the run took.
+        ran: Option<Duration>,
+        /// When it ran.
+        computed: Option<String>,
+    },
+    /// Served from the committed output store (`store-dir`): computed then (UTC), taking this
+    /// long.
+    Stored {
+        /// How long the run took.
+        ran: Duration,
+        /// When it ran.
+        computed: String,
+    },
     /// A GPU cell's output recorded earlier on a GPU.
     Frozen {
         /// The GPU, as `nvidia-smi` named it.
@@ -110,6 +124,10 @@ pub struct Report {
     pub cells: usize,
     /// Of those, taken from the cache.
     pub cached: usize,
+    /// Of those, served from the committed store.
+    pub stored: usize,
+    /// What the build found or did in the store (when the book has one).
+    pub store: Option<StoreNote>,
     /// Of those, run.
     pub ran: usize,
     /// What was compiled.
@@ -134,13 +152,51 @@ pub enum Compilation {
     Alone(usize),
 }
 
+/// What a build found or did in the output store, for the report's summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreNote {
+    /// Served from it: the cells run here whose outputs it lacks (0 when it is complete).
+    Served {
+        /// Cells this build ran whose current outputs the store does not hold.
+        missing: usize,
+    },
+    /// Every cell rerun and held to it.
+    Verified,
+    /// Rewritten: chapter files written and removed.
+    Refreshed {
+        /// Files written.
+        written: usize,
+        /// Files removed.
+        removed: usize,
+    },
+}
+
+impl fmt::Display for StoreNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreNote::Served { missing: 0 } => write!(f, "the store is complete"),
+            StoreNote::Served { missing } => write!(
+                f,
+                "{missing} output(s) computed here are not in the store (`{}` adds them)",
+                crate::store::REFRESH_COMMAND
+            ),
+            StoreNote::Verified => write!(f, "every cell rerun and held to the store"),
+            StoreNote::Refreshed { written, removed } => write!(
+                f,
+                "store refreshed: {written} file(s) written, {removed} removed"
+            ),
+        }
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} cells: {} cached, {} ran (compile {:.1} s{}, run {:.1} s), {} problem(s)",
+            "{} cells: {} cached, {} from the store, {} ran (compile {:.1} s{}, run {:.1} s), {} problem(s){}",
             self.cells,
             self.cached,
+            self.stored,
             self.ran,
             self.compile_time.as_secs_f64(),
             match self.compiled {
@@ -148,7 +204,11 @@ impl fmt::Display for Report {
                 _ => String::new(),
             },
             self.run_time.as_secs_f64(),
-            self.problems.len()
+            self.problems.len(),
+            self.store
+                .as_ref()
+                .map(|n| format!("; {n}"))
+                .unwrap_or_default()
         )
     }
 }

@@ -11,6 +11,7 @@ mod export;
 mod fuzz;
 mod gpu;
 mod hostile;
+mod store;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

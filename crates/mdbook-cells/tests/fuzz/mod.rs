@@ -94,7 +94,7 @@ fn fuzz_chapters() {
                     let note = Shown::Note(cell.code.clone());
                     for shown in [Shown::Output(stored), failure, frozen, note] {
                         for fold in [false, true] {
-                            assert_whole(&render::cell(cell, &shown, None, fold));
+                            assert_whole(&render::cell(cell, &shown, None, fold, None));
                         }
                     }
                 }

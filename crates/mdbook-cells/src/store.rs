@@ -1,0 +1,320 @@
+//! The output store: every CPU cell's output committed with the book, so that a fresh clone
+//! renders without compiling or running a cell (Quarto's `freeze`, for every cell).
+//!
+//! Each entry is filed under the cell's full cache key (see [`crate::plan`]): its code, the
+//! prelude and parameters it sees, the files it `reads`, the path dependencies' sources,
+//! `Cargo.lock`, the dependency list and the pinned toolchain. An entry is served only while
+//! every one of those is as it was when the output was computed; anything else reruns the cell.
+//! Unlike Quarto's freeze, a stale store cannot pass unseen: a build in [`StoreMode::Verify`]
+//! reruns every cell and holds the store to it (an entry missing, one no cell has, or an output
+//! that differs is a problem), and only [`StoreMode::Refresh`] writes it.
+//!
+//! One file per chapter, `<store-dir>/<chapter>.json` (`src/` and `.md` dropped), its cells in
+//! page order, each named by its id or its place among the chapter's cells: a refresh that
+//! changes one output changes one entry, so the diff says which figure moved.
+
+use crate::outcome::Stored;
+use crate::types::Problem;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The one command that rewrites the store (written at the top of each file).
+pub const REFRESH_COMMAND: &str = "MDBOOK_CELLS_STORE=refresh mdbook build";
+
+/// A rerun is given this many times the run time recorded with its output before it is killed
+/// (or the configured timeout, if that is longer): the timeout bounds a hang, and a cell that
+/// took 80 s on a quiet machine takes two or three times that while another build shares the
+/// cores. Five leaves room for a machine under twice that load.
+pub const TIMEOUT_MARGIN: u32 = 5;
+
+/// What a build does with the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreMode {
+    /// Serve a cell from the store when the local cache lacks it; never write the store.
+    #[default]
+    Serve,
+    /// Rerun every cell, neither cache nor store consulted, and hold the store to the outputs.
+    Verify,
+    /// Serve as usual, run what neither has, then rewrite the store to hold exactly the book's
+    /// current outputs.
+    Refresh,
+}
+
+impl StoreMode {
+    /// The environment (`MDBOOK_CELLS_STORE`) wins over `book.toml`'s `store-mode`.
+    pub fn of(config: Option<StoreMode>) -> Result<StoreMode, String> {
+        match std::env::var("MDBOOK_CELLS_STORE") {
+            Ok(v) if !v.is_empty() => match v.as_str() {
+                "serve" => Ok(StoreMode::Serve),
+                "verify" => Ok(StoreMode::Verify),
+                "refresh" => Ok(StoreMode::Refresh),
+                other => Err(format!(
+                    "MDBOOK_CELLS_STORE={other}: the store's modes are serve, verify and refresh"
+                )),
+            },
+            _ => Ok(config.unwrap_or_default()),
+        }
+    }
+}
+
+/// One chapter's file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChapterFile {
+    /// The command that wrote it (the only one that may).
+    made_by: String,
+    /// The chapter, as messages name it (`src/part-1/wall.md`).
+    chapter: String,
+    /// Its cells' outputs, in page order.
+    cells: Vec<Entry>,
+}
+
+/// One cell's stored output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The cell, by its id or as `cell N` (its place among the chapter's cells, from 1).
+    pub cell: String,
+    /// Its cache key when the output was computed.
+    pub key: String,
+    /// When the output was computed (UTC).
+    pub computed: String,
+    /// How long that run took, in milliseconds: the basis of the cell's timeout.
+    pub ran_ms: u64,
+    /// What the cell produced.
+    #[serde(flatten)]
+    pub stored: Stored,
+}
+
+impl Entry {
+    /// How long the run that computed it took.
+    pub fn ran(&self) -> Duration {
+        Duration::from_millis(self.ran_ms)
+    }
+}
+
+/// The store as read at the start of a build.
+#[derive(Debug, Default)]
+pub struct Store {
+    /// Every entry by key.
+    by_key: HashMap<String, Entry>,
+    /// Every entry's run time by chapter and cell name: a cell whose inputs changed keeps the
+    /// timeout basis of its last run.
+    ran_by_cell: HashMap<(String, String), u64>,
+    /// The keys each file holds, by its path relative to the book's root.
+    files: BTreeMap<PathBuf, Vec<String>>,
+}
+
+impl Store {
+    /// Reads every chapter file under `dir` (absolute); a file that cannot be read or is not a
+    /// store file is a problem at that file, and its cells run as if it were absent.
+    pub fn open(root: &Path, dir: &Path) -> (Store, Vec<Problem>) {
+        let mut store = Store::default();
+        let mut problems = Vec::new();
+        let mut files = Vec::new();
+        collect_json(dir, &mut files);
+        files.sort();
+        for path in files {
+            let name = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
+            let parsed = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| {
+                    serde_json::from_str::<ChapterFile>(&text).map_err(|e| e.to_string())
+                });
+            let file = match parsed {
+                Ok(file) => file,
+                Err(why) => {
+                    problems.push(Problem {
+                        file: name.display().to_string(),
+                        line: 0,
+                        reason: format!(
+                            "not a store file ({why}); its cells run as if it were absent: \
+                             `{REFRESH_COMMAND}` rewrites it"
+                        ),
+                    });
+                    continue;
+                }
+            };
+            let keys = file.cells.iter().map(|e| e.key.clone()).collect();
+            for entry in file.cells {
+                let cell = (file.chapter.clone(), entry.cell.clone());
+                store.ran_by_cell.insert(cell, entry.ran_ms);
+                store.by_key.insert(entry.key.clone(), entry);
+            }
+            store.files.insert(name, keys);
+        }
+        (store, problems)
+    }
+
+    /// The entry computed under `key`.
+    pub fn get(&self, key: &str) -> Option<&Entry> {
+        self.by_key.get(key)
+    }
+
+    /// How long the cell last took when its output was stored: under its current key, else
+    /// under its chapter and name (its code or inputs changed since).
+    pub fn ran(&self, key: &str, chapter: &str, cell: &str) -> Option<Duration> {
+        (self.by_key.get(key).map(|e| e.ran_ms))
+            .or_else(|| (self.ran_by_cell.get(&(chapter.into(), cell.into()))).copied())
+            .map(Duration::from_millis)
+    }
+
+    /// The files holding entries whose key is not in `live` (no cell of the book has it),
+    /// each with how many.
+    pub fn orphans(&self, live: &HashSet<&str>) -> Vec<(&Path, usize)> {
+        (self.files.iter())
+            .map(|(file, keys)| {
+                let stale = keys.iter().filter(|k| !live.contains(k.as_str())).count();
+                (file.as_path(), stale)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// The timeout a cell runs under: what it was given, or [`TIMEOUT_MARGIN`] times the run that
+/// computed its stored output, whichever is longer (capped at a day).
+pub fn timeout(given: Duration, ran: Option<Duration>) -> Duration {
+    let basis = ran.map_or(Duration::ZERO, |t| t * TIMEOUT_MARGIN);
+    given
+        .max(basis)
+        .min(Duration::from_secs(crate::types::MAX_TIMEOUT_S))
+}
+
+/// Where chapter `chapter`'s outputs are stored.
+pub fn path(root: &Path, dir: &Path, chapter: &str) -> PathBuf {
+    let chapter = Path::new(chapter);
+    let chapter = chapter.strip_prefix("src").unwrap_or(chapter);
+    root.join(dir).join(chapter.with_extension("json"))
+}
+
+/// The store's name for the `n`-th cell of a chapter (from 1): its id, or `cell N`.
+pub fn cell_name(id: Option<&str>, n: usize) -> String {
+    id.map_or_else(|| format!("cell {n}"), str::to_string)
+}
+
+/// Rewrites the store under `root/dir` to hold exactly `chapters` (each chapter's source and
+/// its entries in page order): a file whose content would not change is left as it is, a file
+/// no chapter needs is removed. Returns the files written and removed, relative to `root`.
+pub fn write(
+    root: &Path,
+    dir: &Path,
+    chapters: &[(String, Vec<Entry>)],
+) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let mut keep = Vec::new();
+    let mut written = Vec::new();
+    for (chapter, cells) in chapters.iter().filter(|(_, cells)| !cells.is_empty()) {
+        let file = ChapterFile {
+            made_by: REFRESH_COMMAND.to_string(),
+            chapter: chapter.clone(),
+            cells: cells.clone(),
+        };
+        let path = path(root, dir, chapter);
+        let text = serde_json::to_string_pretty(&file).map_err(std::io::Error::other)? + "\n";
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let tmp = path.with_extension("json.tmp");
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, &path)?;
+            written.push(relative(root, &path));
+        }
+        keep.push(path);
+    }
+    let mut present = Vec::new();
+    collect_json(&root.join(dir), &mut present);
+    let mut removed = Vec::new();
+    for path in present.into_iter().filter(|p| !keep.contains(p)) {
+        std::fs::remove_file(&path)?;
+        removed.push(relative(root, &path));
+    }
+    removed.sort();
+    Ok((written, removed))
+}
+
+fn relative(root: &Path, path: &Path) -> PathBuf {
+    path.strip_prefix(root).unwrap_or(path).to_path_buf()
+}
+
+/// Every `.json` file under `dir`, at any depth.
+fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => collect_json(&path, out),
+            Ok(kind) if kind.is_file() && path.extension().is_some_and(|e| e == "json") => {
+                out.push(path);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Where this build's output of a cell and the store's part, as a problem's reason says it: the
+/// first line that differs in what it printed or produced.
+pub fn difference(stored: &Stored, now: &Stored) -> Option<String> {
+    let parts = [
+        ("printed", stored.stdout.as_str(), now.stdout.as_str()),
+        (
+            "printed to stderr",
+            stored.stderr.as_str(),
+            now.stderr.as_str(),
+        ),
+    ];
+    for (what, was, is) in parts {
+        if let Some(at) = first_difference(was, is) {
+            return Some(format!("what it {what} differs at line {at}"));
+        }
+    }
+    if stored.outcome == now.outcome {
+        return None;
+    }
+    let (was, is) = (body(&stored.outcome), body(&now.outcome));
+    Some(match first_difference(&was, &is) {
+        Some(at) => format!(
+            "its output differs at line {at}: stored `{}`, now `{}`",
+            excerpt(&was, at),
+            excerpt(&is, at)
+        ),
+        None => "its output's kind differs".to_string(),
+    })
+}
+
+fn body(outcome: &crate::outcome::Outcome) -> String {
+    match outcome {
+        crate::outcome::Outcome::Value { body, .. } => body.clone(),
+        crate::outcome::Outcome::Failed { message, .. } => message.clone(),
+    }
+}
+
+/// The first line (1-based) at which `a` and `b` differ.
+fn first_difference(a: &str, b: &str) -> Option<usize> {
+    if a == b {
+        return None;
+    }
+    let mut lines = 0;
+    for (x, y) in a.lines().zip(b.lines()) {
+        lines += 1;
+        if x != y {
+            return Some(lines);
+        }
+    }
+    Some(lines + 1)
+}
+
+/// Line `at` of `text`, cut to a readable length around its start.
+fn excerpt(text: &str, at: usize) -> String {
+    let line = text.lines().nth(at - 1).unwrap_or("");
+    let cut: String = line.chars().take(80).collect();
+    if cut.len() < line.len() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
