@@ -124,6 +124,13 @@ pub fn cell(
     {
         out.push_str(&missing_note(label, report));
     }
+    if let (Some(why), Shown::Output(_)) = (&opts.varies, shown) {
+        let _ = writeln!(
+            out,
+            "<p class=\"cell-varies\">This output varies from run to run: {}.</p>",
+            one_line(why.trim_end_matches('.'))
+        );
+    }
     if show_code && fold {
         // Blank lines around the fence: markdown inside an HTML block needs them to render.
         let _ = write!(

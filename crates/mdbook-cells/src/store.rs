@@ -277,11 +277,11 @@ pub fn difference(stored: &Stored, now: &Stored) -> Option<String> {
     }
     let (was, is) = (body(&stored.outcome), body(&now.outcome));
     Some(match first_difference(&was, &is) {
-        Some(at) => format!(
-            "its output differs at line {at}: stored `{}`, now `{}`",
-            excerpt(&was, at),
-            excerpt(&is, at)
-        ),
+        Some(at) => {
+            let (a, b) = (line(&was, at), line(&is, at));
+            let (a, b) = around_first_difference(a, b);
+            format!("its output differs at line {at}: stored `{a}`, now `{b}`")
+        }
         None => "its output's kind differs".to_string(),
     })
 }
@@ -308,13 +308,93 @@ fn first_difference(a: &str, b: &str) -> Option<usize> {
     Some(lines + 1)
 }
 
-/// Line `at` of `text`, cut to a readable length around its start.
-fn excerpt(text: &str, at: usize) -> String {
-    let line = text.lines().nth(at - 1).unwrap_or("");
-    let cut: String = line.chars().take(80).collect();
-    if cut.len() < line.len() {
-        format!("{cut}…")
-    } else {
-        cut
+fn line(text: &str, at: usize) -> &str {
+    text.lines().nth(at - 1).unwrap_or("")
+}
+
+/// The two lines cut to where they part: a little before the first character that differs and
+/// a little after, `…` where cut.
+fn around_first_difference(a: &str, b: &str) -> (String, String) {
+    const BEFORE: usize = 24;
+    const AFTER: usize = 48;
+    let same = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    let start = same.saturating_sub(BEFORE);
+    let cut = |line: &str| {
+        let total = line.chars().count();
+        let end = (same + AFTER).min(total);
+        let text: String = line.chars().skip(start).take(end - start).collect();
+        format!(
+            "{}{text}{}",
+            if start > 0 { "…" } else { "" },
+            if end < total { "…" } else { "" }
+        )
+    };
+    (cut(a), cut(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{Outcome, OutputKind};
+
+    fn text(stdout: &str, body: &str) -> Stored {
+        Stored {
+            stdout: stdout.into(),
+            stderr: String::new(),
+            outcome: Outcome::Value {
+                kind: OutputKind::Text,
+                body: body.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_difference_names_its_first_line_and_where_it_parts() {
+        let a = text("", "one\ntwo\nthree");
+        assert_eq!(difference(&a, &a), None);
+        let why = difference(&a, &text("", "one\nTWO\nthree")).unwrap();
+        assert_eq!(why, "its output differs at line 2: stored `two`, now `TWO`");
+        // One output longer than the other: the first line only one has.
+        let why = difference(&a, &text("", "one\ntwo\nthree\nfour")).unwrap();
+        assert!(why.contains("line 4"), "{why}");
+        let why = difference(&a, &text("printed", "one\ntwo\nthree")).unwrap();
+        assert_eq!(why, "what it printed differs at line 1");
+        // A long line is cut to where the two part.
+        let row = |n: &str| {
+            format!(
+                "<tr><td>resnet · CubeBackend</td><td>2 (1.88 KiB)</td><td>{n}</td><td>holds</td></tr>"
+            )
+        };
+        let why = difference(&text("", &row("-2.34 KiB")), &text("", &row("+960 B"))).unwrap();
+        assert_eq!(
+            why,
+            "its output differs at line 1: stored `…td>2 (1.88 KiB)</td><td>-2.34 KiB</td><td>holds</td></tr>`, \
+             now `…td>2 (1.88 KiB)</td><td>+960 B</td><td>holds</td></tr>`"
+        );
+    }
+
+    #[test]
+    fn a_timeout_rests_on_the_stored_run_when_that_is_longer() {
+        let given = Duration::from_secs(60);
+        assert_eq!(timeout(given, None), given);
+        assert_eq!(timeout(given, Some(Duration::from_secs(5))), given);
+        assert_eq!(
+            timeout(given, Some(Duration::from_secs(88))),
+            Duration::from_secs(440)
+        );
+        let day = Duration::from_secs(crate::types::MAX_TIMEOUT_S);
+        assert_eq!(timeout(given, Some(day)), day);
+    }
+
+    #[test]
+    fn chapters_are_filed_under_the_store_without_src() {
+        let at = path(
+            Path::new("/b"),
+            Path::new("repro/outputs"),
+            "src/part-1/wall.md",
+        );
+        assert_eq!(at, Path::new("/b/repro/outputs/part-1/wall.json"));
+        assert_eq!(cell_name(Some("tbl-x"), 3), "tbl-x");
+        assert_eq!(cell_name(None, 3), "cell 3");
     }
 }

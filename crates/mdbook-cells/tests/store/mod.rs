@@ -80,7 +80,12 @@ fn a_fresh_clone_is_served_from_the_store_and_verifying_holds_it_to_fresh_output
         .map(|c| c["cell"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["cell 1", "tbl-sizes", "cell 3", "cell 4"]);
-    assert!(file["cells"][0]["computed"].as_str().unwrap().ends_with('Z'));
+    assert!(
+        file["cells"][0]["computed"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
 
     // A refresh that changes nothing writes nothing.
     let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
@@ -123,9 +128,7 @@ fn a_fresh_clone_is_served_from_the_store_and_verifying_holds_it_to_fresh_output
     let (page, report) = build(&root, CHAPTER, StoreMode::Verify, true);
     let found = problems(&report);
     assert_eq!(found.len(), 3, "{found:#?}");
-    assert!(
-        found[0].starts_with("outputs/stored.json:0: cell failed: 1 stored output(s) no cell")
-    );
+    assert!(found[0].starts_with("outputs/stored.json:0: cell failed: 1 stored output(s) no cell"));
     assert!(
         found[1].starts_with("src/stored.md:3: cell failed: the output store holds no output")
             && found[1].contains("MDBOOK_CELLS_STORE=refresh mdbook build"),
@@ -159,7 +162,8 @@ fn a_fresh_clone_is_served_from_the_store_and_verifying_holds_it_to_fresh_output
     assert_eq!(report.ran, 4);
     let found = problems(&report);
     assert!(
-        found.len() == 1 && found[0].contains("outputs/stored.json:0: cell failed: not a store file"),
+        found.len() == 1
+            && found[0].contains("outputs/stored.json:0: cell failed: not a store file"),
         "{found:#?}"
     );
     assert_eq!(report.store, Some(StoreNote::Served { missing: 4 }));
