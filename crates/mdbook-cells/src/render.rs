@@ -154,8 +154,8 @@ fn missing_note(label: Option<&Label>, report: Option<&str>) -> String {
         )
     });
     format!(
-        "<p class=\"cell-missing\">{what} is missing from this page: its cell failed in this \
-         build, as shown above, and nothing it would have shown is on the page.{report}</p>\n"
+        "<p class=\"cell-missing\">{what} is missing from this page: the cell failed in this \
+         build (the error above).{report}</p>\n"
     )
 }
 

@@ -581,8 +581,9 @@ fn parameters_embedding_and_the_report_page() {
     );
     let report_page = &docs[2].content;
     assert!(
-        report_page
-            .contains("**3 cells** in 1 chapter: 2 ran in this build, 0 came from the cache"),
+        report_page.contains(
+            "**3 cells** in 1 chapter: 2 ran in this build, 0 came from this machine's cache"
+        ),
         "{report_page}"
     );
     assert!(
