@@ -11,7 +11,7 @@ use crate::execute::{self, Job};
 use crate::outcome::{FailureKind, Outcome, Stored};
 use crate::plan::{Plan, PlannedCell};
 use crate::quick::{self, RustcCall};
-use crate::store::{self, Store, StoreMode};
+use crate::store::{self, Check, Store, StoreAccess, StoreMode, StoreOutcome};
 use crate::types::{Compilation, Document, Problem, Source, StoreNote};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -179,18 +179,33 @@ pub(crate) fn build(
 }
 
 /// An output computed earlier under `key`: from this machine's cache, else from the store
-/// (then copied to the cache, so that the next build need not read the store).
+/// (then copied to the cache, so that the next build need not read the store). A refresh asks
+/// the store first: an entry current there stays as it is, even where a `varies` cell's cached
+/// run came out otherwise.
 fn ready(key: &str, cache: &Cache, store: &mut StoreAccess<'_>) -> std::io::Result<Option<Got>> {
-    if let Some(entry) = cache.get(key) {
-        let source = Source::Cached {
-            ran: entry.ran_ms.map(Duration::from_millis),
-            computed: entry.computed,
-        };
-        return Ok(Some(Got {
-            stored: entry.stored,
-            source,
-        }));
+    let refreshing = store.mode == StoreMode::Refresh;
+    if let (false, Some(entry)) = (refreshing, cache.get(key)) {
+        return Ok(Some(cached(entry)));
     }
+    if let Some(got) = stored(key, cache, store)? {
+        return Ok(Some(got));
+    }
+    Ok(cache.get(key).map(cached))
+}
+
+fn cached(entry: Entry) -> Got {
+    let source = Source::Cached {
+        ran: entry.ran_ms.map(Duration::from_millis),
+        computed: entry.computed,
+    };
+    Got {
+        stored: entry.stored,
+        source,
+    }
+}
+
+/// The store's output under `key`, copied to this machine's cache.
+fn stored(key: &str, cache: &Cache, store: &mut StoreAccess<'_>) -> std::io::Result<Option<Got>> {
     let Some(entry) = store.get().and_then(|s| s.get(key)) else {
         return Ok(None);
     };
@@ -259,83 +274,6 @@ fn settle_store(
         }
     });
     Ok(held)
-}
-
-/// The store, read on first use: a build whose every cell is in this machine's cache never
-/// reads it (unless it verifies or refreshes it).
-struct StoreAccess<'a> {
-    root: &'a Path,
-    dir: Option<&'a PathBuf>,
-    mode: StoreMode,
-    opened: Option<(Store, Vec<Problem>)>,
-}
-
-impl<'a> StoreAccess<'a> {
-    fn new(root: &'a Path, dir: Option<&'a PathBuf>, mode: StoreMode) -> StoreAccess<'a> {
-        let mut access = StoreAccess {
-            root,
-            dir,
-            mode,
-            opened: None,
-        };
-        if mode != StoreMode::Serve {
-            access.get();
-        }
-        access
-    }
-
-    /// The store, read now if it was not yet; `None` for a book without one.
-    fn get(&mut self) -> Option<&Store> {
-        let dir = self.dir?;
-        let (root, opened) = (self.root, &mut self.opened);
-        Some(
-            &opened
-                .get_or_insert_with(|| Store::open(root, &root.join(dir)))
-                .0,
-        )
-    }
-}
-
-/// What a build found or did in the store, passed on to resolve and the report.
-#[derive(Default)]
-pub(crate) struct StoreOutcome {
-    /// For the report's summary.
-    pub(crate) note: Option<StoreNote>,
-    /// A cell's stored output missing or differing (verifying), by module.
-    pub(crate) checks: HashMap<String, Check>,
-    /// Problems of the store as a whole: a file that does not read, entries no cell has.
-    pub(crate) problems: Vec<Problem>,
-}
-
-/// Why the store fails a cell, verifying.
-pub(crate) enum Check {
-    /// It holds no output for the cell's current key.
-    Missing,
-    /// Its output, computed then, differs from this build's so.
-    Differs {
-        /// When the stored output was computed.
-        computed: String,
-        /// Where they part.
-        why: String,
-    },
-}
-
-impl std::fmt::Display for Check {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Check::Missing => write!(
-                f,
-                "the output store holds no output for this cell's current code and inputs (it \
-                 is stale): `{}` rewrites it",
-                store::REFRESH_COMMAND
-            ),
-            Check::Differs { computed, why } => write!(
-                f,
-                "this build's output differs from the one stored (computed {computed}): {why}; \
-                 if it legitimately varies from run to run, say why with `//| varies: …`"
-            ),
-        }
-    }
 }
 
 /// Holds the store to this build's outputs (every cell ran): each cell's key must be there

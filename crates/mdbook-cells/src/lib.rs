@@ -6,8 +6,9 @@
 //! ```text
 //! plan::plan(docs)          -> Plan      parse every chapter, number its figures and tables,
 //!                                        key every cell by a hash of its inputs
-//! build::build(&plan)       -> Built     each cell's outcome from the cache, or compiled (one
-//!                                        generated crate) and run now in one child process
+//! build::build(&plan)       -> Built     each cell's outcome from the cache or the committed
+//!                                        store, or compiled (one generated crate) and run now
+//!                                        in one child process; the store verified or refreshed
 //! resolve::resolve(built)   -> Resolved  what each cell shows: its outcome, a GPU cell's
 //!                                        freeze, or why it did not run; with its problems
 //! pages::render_pages(&resolved)         a pure render of every chapter
@@ -18,8 +19,8 @@
 //! mdbook's preprocessor protocol. No stage imports a later one (a test reads the `use` lines).
 //!
 //! Below the stages: the shared types ([`types`], [`outcome`], [`error`]) and the parts they
-//! use (`parse`, `params`, `shared`, `config`, `cache`, `key`, `compile`, `execute`, `render`,
-//! `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work outside a
+//! use (`parse`, `params`, `shared`, `config`, `cache`, `store`, `key`, `compile`, `execute`,
+//! `render`, `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work outside a
 //! build: [`export`] (a chapter as a cargo project) and [`lint`] (rustfmt and clippy over the
 //! cells, `mdbook-cells fmt`). Nothing imports back up.
 

@@ -14,9 +14,10 @@
 //! changes one output changes one entry, so the diff says which figure moved.
 
 use crate::outcome::Stored;
-use crate::types::Problem;
+use crate::types::{Problem, StoreNote};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -171,6 +172,91 @@ impl Store {
             })
             .filter(|(_, n)| *n > 0)
             .collect()
+    }
+}
+
+/// The store, read on first use: a build whose every cell is in this machine's cache never
+/// reads it (unless it verifies or refreshes it).
+pub(crate) struct StoreAccess<'a> {
+    root: &'a Path,
+    /// The store's folder, relative to the root; `None`: the build uses no store.
+    pub(crate) dir: Option<&'a PathBuf>,
+    /// What the build does with it.
+    pub(crate) mode: StoreMode,
+    /// The store as read, and the problems met reading it, once read.
+    pub(crate) opened: Option<(Store, Vec<Problem>)>,
+}
+
+impl<'a> StoreAccess<'a> {
+    /// The store under `dir`, not read yet unless `mode` needs it whole.
+    pub(crate) fn new(
+        root: &'a Path,
+        dir: Option<&'a PathBuf>,
+        mode: StoreMode,
+    ) -> StoreAccess<'a> {
+        let mut access = StoreAccess {
+            root,
+            dir,
+            mode,
+            opened: None,
+        };
+        if mode != StoreMode::Serve {
+            access.get();
+        }
+        access
+    }
+
+    /// The store, read now if it was not yet; `None` for a book without one.
+    pub(crate) fn get(&mut self) -> Option<&Store> {
+        let dir = self.dir?;
+        let (root, opened) = (self.root, &mut self.opened);
+        Some(
+            &opened
+                .get_or_insert_with(|| Store::open(root, &root.join(dir)))
+                .0,
+        )
+    }
+}
+
+/// What a build found or did in the store, passed on to resolve and the report.
+#[derive(Default)]
+pub(crate) struct StoreOutcome {
+    /// For the report's summary.
+    pub(crate) note: Option<StoreNote>,
+    /// A cell's stored output missing or differing (verifying), by module.
+    pub(crate) checks: HashMap<String, Check>,
+    /// Problems of the store as a whole: a file that does not read, entries no cell has.
+    pub(crate) problems: Vec<Problem>,
+}
+
+/// Why the store fails a cell, verifying.
+pub(crate) enum Check {
+    /// It holds no output for the cell's current key.
+    Missing,
+    /// Its output, computed then, differs from this build's so.
+    Differs {
+        /// When the stored output was computed.
+        computed: String,
+        /// Where they part.
+        why: String,
+    },
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Check::Missing => write!(
+                f,
+                "the output store holds no output for this cell's current code and inputs (it \
+                 is stale): `{}` rewrites it",
+                REFRESH_COMMAND
+            ),
+            Check::Differs { computed, why } => write!(
+                f,
+                "this build's output differs from the one stored (computed {computed}): {why}; \
+                 if it legitimately varies from run to run, say why with `//| varies: …`"
+            ),
+        }
     }
 }
 
