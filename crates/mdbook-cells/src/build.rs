@@ -11,7 +11,7 @@ use crate::execute::{self, Job};
 use crate::outcome::{FailureKind, Outcome, Stored};
 use crate::plan::{Plan, PlannedCell};
 use crate::quick::{self, RustcCall};
-use crate::store::{self, Check, Store, StoreAccess, StoreMode, StoreOutcome};
+use crate::store::{self, Check, Layout, Store, StoreAccess, StoreMode, StoreOutcome};
 use crate::types::{Compilation, Document, Problem, Source, StoreNote};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -63,7 +63,7 @@ pub(crate) struct BuildStats {
     pub(crate) stored: usize,
     /// Cells run.
     pub(crate) ran: usize,
-    /// Cells this build ran or took from the cache.
+    /// Cells this build ran or took from the cache or the store.
     pub(crate) cells_run_or_cached: usize,
     /// What was compiled.
     pub(crate) compiled: Compilation,
@@ -94,7 +94,13 @@ pub(crate) fn build(
     let cache = Cache::open(&cache_dir).map_err(cache_error)?;
     let mode = config.store_mode.unwrap_or_default();
     // The store holds CPU builds' outputs: a build that compiles GPU cells keys every cell
-    // with their dependencies too, so it can find nothing there.
+    // with their dependencies too, so it can find nothing there, and may not write it.
+    if mode != StoreMode::Serve && config.store_dir.is_some() && gpu.compiled() {
+        return Err(Error::Config(format!(
+            "the output store is verified or refreshed by CPU builds: this build compiles GPU \
+             cells ({gpu:?}); run it without MDBOOK_CELLS_STORE, then the store's build alone"
+        )));
+    }
     let store_dir = config.store_dir.as_ref().filter(|_| !gpu.compiled());
     let mut store = StoreAccess::new(root, store_dir, mode);
     let mut got: HashMap<String, Got> = HashMap::new();
@@ -110,7 +116,8 @@ pub(crate) fn build(
             misses.push(f);
             continue;
         }
-        match ready(key, &cache, &mut store).map_err(cache_error)? {
+        let varies = plan.block(f).options.varies.is_some();
+        match ready(key, varies, &cache, &mut store).map_err(cache_error)? {
             Some(ready) => {
                 match ready.source {
                     Source::Stored { .. } => stats.stored += 1,
@@ -179,12 +186,18 @@ pub(crate) fn build(
 }
 
 /// An output computed earlier under `key`: from this machine's cache, else from the store
-/// (then copied to the cache, so that the next build need not read the store). A refresh asks
-/// the store first: an entry current there stays as it is, even where a `varies` cell's cached
-/// run came out otherwise.
-fn ready(key: &str, cache: &Cache, store: &mut StoreAccess<'_>) -> std::io::Result<Option<Got>> {
-    let refreshing = store.mode == StoreMode::Refresh;
-    if let (false, Some(entry)) = (refreshing, cache.get(key)) {
+/// (then copied to the cache, so that the next build need not read the store). Refreshing, a
+/// `varies` cell asks the store first: its entry stays as it is while it is current, however
+/// its last run here came out (any other cell's cached output is this machine's latest run,
+/// which a refresh is for).
+fn ready(
+    key: &str,
+    varies: bool,
+    cache: &Cache,
+    store: &mut StoreAccess<'_>,
+) -> std::io::Result<Option<Got>> {
+    let store_first = varies && store.mode == StoreMode::Refresh;
+    if let (false, Some(entry)) = (store_first, cache.get(key)) {
         return Ok(Some(cached(entry)));
     }
     if let Some(got) = stored(key, cache, store)? {
@@ -238,9 +251,8 @@ fn settle_store(
         return Ok(StoreOutcome::default());
     };
     let Some((opened, problems)) = store.opened else {
-        // Every cell came from this machine's cache: the store was not read.
         return Ok(StoreOutcome {
-            note: Some(StoreNote::Served { missing: 0 }),
+            note: Some(StoreNote::NotRead),
             ..StoreOutcome::default()
         });
     };
@@ -257,7 +269,15 @@ fn settle_store(
             StoreNote::Served { missing }
         }
         StoreMode::Verify => {
+            let layout = layout(&stored_chapters(docs, plan, got));
             verify(plan, &opened, got, &mut held);
+            for (file, why) in opened.misfiled(root, dir, &layout) {
+                held.problems.push(Problem {
+                    file: file.display().to_string(),
+                    line: 0,
+                    reason: format!("{why}: `{}` rewrites it", store::REFRESH_COMMAND),
+                });
+            }
             StoreNote::Verified
         }
         StoreMode::Refresh => {
@@ -276,9 +296,8 @@ fn settle_store(
     Ok(held)
 }
 
-/// Holds the store to this build's outputs (every cell ran): each cell's key must be there
-/// with the same output (a `varies` cell: there, whatever its output), and every entry must
-/// belong to a cell.
+/// Holds the store's entries to this build's outputs (every cell ran): each cell's key must be
+/// there with the same output (a `varies` cell: there, whatever its output).
 fn verify(plan: &Plan, store: &Store, got: &HashMap<String, Got>, held: &mut StoreOutcome) {
     for f in &plan.cells {
         let (Some(key), Some(now)) = (&f.key, got.get(&f.module)) else {
@@ -302,17 +321,18 @@ fn verify(plan: &Plan, store: &Store, got: &HashMap<String, Got>, held: &mut Sto
             held.checks.insert(f.module.clone(), check);
         }
     }
-    let live: HashSet<&str> = plan.cells.iter().filter_map(|f| f.key.as_deref()).collect();
-    for (file, n) in store.orphans(&live) {
-        held.problems.push(Problem {
-            file: file.display().to_string(),
-            line: 0,
-            reason: format!(
-                "{n} stored output(s) no cell of the book has (stale): `{}` removes them",
-                store::REFRESH_COMMAND
-            ),
-        });
-    }
+}
+
+/// Each chapter's cells as the store would file them (by name and key, in page order).
+fn layout(chapters: &[(String, Vec<store::Entry>)]) -> Vec<Layout> {
+    (chapters.iter())
+        .map(|(chapter, entries)| Layout {
+            chapter: chapter.clone(),
+            cells: (entries.iter())
+                .map(|e| (e.cell.clone(), e.key.clone()))
+                .collect(),
+        })
+        .collect()
 }
 
 /// Whether an outcome belongs in the cache and the store: an output, or a failure that is the
@@ -343,6 +363,8 @@ fn stored_chapters(
                     }
                     let (ran, computed) = match &got.source {
                         Source::Ran(t) => (*t, now.clone()),
+                        // An expected compile failure: found now, nothing ran.
+                        Source::Compiled => (Duration::ZERO, now.clone()),
                         Source::Cached { ran, computed } => (
                             ran.unwrap_or_default(),
                             computed.clone().unwrap_or_else(|| now.clone()),

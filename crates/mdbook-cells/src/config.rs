@@ -186,6 +186,26 @@ impl Config {
                 )));
             }
         }
+        if let Some(store) = &self.store_dir {
+            // A refresh removes the store's files no chapter needs: its folder holds nothing else.
+            let store = root.join(store);
+            let holds = |dir: &Path| root.join(dir).starts_with(&store);
+            let overlaps = [("the book's root", Path::new("")), ("src", src_dir)]
+                .into_iter()
+                .chain([
+                    ("freeze-dir", self.freeze_dir.as_path()),
+                    ("cache-dir", &self.cache_dir),
+                ])
+                .find(|(_, dir)| holds(dir));
+            if let Some((what, _)) = overlaps {
+                return Err(Error::Config(format!(
+                    "store-dir `{}` holds {what}: the output store needs a folder of its own",
+                    self.store_dir
+                        .as_ref()
+                        .map_or(String::new(), |d| d.display().to_string())
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -335,6 +355,24 @@ mod tests {
             let msg = err.unwrap_err().to_string();
             assert!(msg.contains(word), "{toml}: {msg}");
         }
+    }
+
+    #[test]
+    fn a_store_that_holds_other_folders_is_refused() {
+        for (toml, what) in [
+            ("store-dir = \".\"", "the book's root"),
+            (
+                "store-dir = \"repro\"\nfreeze-dir = \"repro/freeze\"",
+                "freeze-dir",
+            ),
+            ("store-dir = \"target\"", "cache-dir"),
+        ] {
+            let err = parse(toml).validate(Path::new("/b"), Path::new("src"));
+            let msg = err.unwrap_err().to_string();
+            assert!(msg.contains(&format!("holds {what}")), "{toml}: {msg}");
+        }
+        let ok = parse("store-dir = \"repro/outputs\"\nfreeze-dir = \"repro/freeze\"");
+        ok.validate(Path::new("/b"), Path::new("src")).unwrap();
     }
 
     #[test]

@@ -149,7 +149,8 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMod
         let mut nth = 0;
         for (s, seg) in segments.iter().enumerate() {
             let Segment::Cell(c) = seg else { continue };
-            nth += 1;
+            // The store numbers the cells that run: a prelude added does not rename the rest.
+            nth += usize::from(c.options.shared().is_none());
             let mut cell_errors: Vec<CellError> = c
                 .option_errors
                 .iter()

@@ -16,7 +16,7 @@
 use crate::outcome::Stored;
 use crate::types::{Problem, StoreNote};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,7 +39,8 @@ pub enum StoreMode {
     Serve,
     /// Rerun every cell, neither cache nor store consulted, and hold the store to the outputs.
     Verify,
-    /// Serve as usual, run what neither has, then rewrite the store to hold exactly the book's
+    /// Take outputs as serving does (a `varies` cell's stored output first, so that its entry
+    /// does not churn), run what neither has, then rewrite the store to hold exactly the book's
     /// current outputs.
     Refresh,
 }
@@ -104,8 +105,9 @@ pub struct Store {
     /// Every entry's run time by chapter and cell name: a cell whose inputs changed keeps the
     /// timeout basis of its last run.
     ran_by_cell: HashMap<(String, String), u64>,
-    /// The keys each file holds, by its path relative to the book's root.
-    files: BTreeMap<PathBuf, Vec<String>>,
+    /// What each file read holds, by its path relative to the book's root: its chapter and
+    /// its cells' names and keys, in order.
+    files: BTreeMap<PathBuf, Layout>,
 }
 
 impl Store {
@@ -138,13 +140,18 @@ impl Store {
                     continue;
                 }
             };
-            let keys = file.cells.iter().map(|e| e.key.clone()).collect();
+            let layout = Layout {
+                chapter: file.chapter.clone(),
+                cells: (file.cells.iter())
+                    .map(|e| (e.cell.clone(), e.key.clone()))
+                    .collect(),
+            };
             for entry in file.cells {
                 let cell = (file.chapter.clone(), entry.cell.clone());
                 store.ran_by_cell.insert(cell, entry.ran_ms);
                 store.by_key.insert(entry.key.clone(), entry);
             }
-            store.files.insert(name, keys);
+            store.files.insert(name, layout);
         }
         (store, problems)
     }
@@ -162,17 +169,47 @@ impl Store {
             .map(Duration::from_millis)
     }
 
-    /// The files holding entries whose key is not in `live` (no cell of the book has it),
-    /// each with how many.
-    pub fn orphans(&self, live: &HashSet<&str>) -> Vec<(&Path, usize)> {
-        (self.files.iter())
-            .map(|(file, keys)| {
-                let stale = keys.iter().filter(|k| !live.contains(k.as_str())).count();
-                (file.as_path(), stale)
-            })
-            .filter(|(_, n)| *n > 0)
-            .collect()
+    /// How the store should differ from what it holds, for a book whose chapters' cells (by
+    /// name and key, in page order) are `layout`: a reason per file, relative to the root.
+    /// A stale key, a chapter renamed, a cell moved or renamed: each needs a refresh, though
+    /// no served output is wrong.
+    pub fn misfiled(&self, root: &Path, dir: &Path, layout: &[Layout]) -> Vec<(PathBuf, String)> {
+        let mut found = Vec::new();
+        let mut expected: BTreeMap<PathBuf, &Layout> = BTreeMap::new();
+        for chapter in layout.iter().filter(|l| !l.cells.is_empty()) {
+            expected.insert(relative(root, &path(root, dir, &chapter.chapter)), chapter);
+        }
+        for (file, held) in &self.files {
+            match expected.get(file) {
+                None => found.push((
+                    file.clone(),
+                    "holds outputs of no chapter of the book".into(),
+                )),
+                Some(want) if *want != held => {
+                    let stale = (held.cells.iter())
+                        .filter(|(_, key)| !want.cells.iter().any(|(_, k)| k == key))
+                        .count();
+                    let why = if stale > 0 {
+                        format!("{stale} stored output(s) no cell of the chapter has (stale)")
+                    } else {
+                        "its cells are named or ordered otherwise than the chapter's".into()
+                    };
+                    found.push((file.clone(), why));
+                }
+                Some(_) => {}
+            }
+        }
+        found
     }
+}
+
+/// A chapter's file as the store lays it out: the chapter and its cells' names and keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The chapter's source (`src/part-1/wall.md`).
+    pub chapter: String,
+    /// Each stored cell's name and key, in page order.
+    pub cells: Vec<(String, String)>,
 }
 
 /// The store, read on first use: a build whose every cell is in this machine's cache never
@@ -276,7 +313,8 @@ pub fn path(root: &Path, dir: &Path, chapter: &str) -> PathBuf {
     root.join(dir).join(chapter.with_extension("json"))
 }
 
-/// The store's name for the `n`-th cell of a chapter (from 1): its id, or `cell N`.
+/// The store's name for the `n`-th cell of a chapter that runs (from 1; preludes and
+/// parameters cells are not counted): its id, or `cell N`.
 pub fn cell_name(id: Option<&str>, n: usize) -> String {
     id.map_or_else(|| format!("cell {n}"), str::to_string)
 }
@@ -303,7 +341,7 @@ pub fn write(
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            let tmp = path.with_extension("json.tmp");
+            let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
             std::fs::write(&tmp, text)?;
             std::fs::rename(&tmp, &path)?;
             written.push(relative(root, &path));
@@ -313,12 +351,24 @@ pub fn write(
     let mut present = Vec::new();
     collect_json(&root.join(dir), &mut present);
     let mut removed = Vec::new();
-    for path in present.into_iter().filter(|p| !keep.contains(p)) {
+    // Only the store's own files go: anything else under the folder is left as it is.
+    for path in present
+        .into_iter()
+        .filter(|p| !keep.contains(p) && is_store_file(p))
+    {
         std::fs::remove_file(&path)?;
         removed.push(relative(root, &path));
     }
     removed.sort();
     Ok((written, removed))
+}
+
+/// Whether `path` is a file this module wrote (it parses, and names the refresh command).
+fn is_store_file(path: &Path) -> bool {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<ChapterFile>(&text).ok())
+        .is_some_and(|file| file.made_by == REFRESH_COMMAND)
 }
 
 fn relative(root: &Path, path: &Path) -> PathBuf {
@@ -363,6 +413,12 @@ pub fn difference(stored: &Stored, now: &Stored) -> Option<String> {
     }
     let (was, is) = (body(&stored.outcome), body(&now.outcome));
     Some(match first_difference(&was, &is) {
+        Some(at) if was.trim_end() == is.trim_end() => {
+            format!(
+                "its output differs in trailing whitespace after line {}",
+                at - 1
+            )
+        }
         Some(at) => {
             let (a, b) = (line(&was, at), line(&is, at));
             let (a, b) = around_first_difference(a, b);

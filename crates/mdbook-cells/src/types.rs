@@ -155,11 +155,13 @@ pub enum Compilation {
 /// What a build found or did in the output store, for the report's summary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreNote {
-    /// Served from it: the cells run here whose outputs it lacks (0 when it is complete).
+    /// Read and served from: how many of the book's outputs it lacks (0 when it is complete).
     Served {
-        /// Cells this build ran whose current outputs the store does not hold.
+        /// Outputs of this build (run, cached or served) that the store does not hold.
         missing: usize,
     },
+    /// Not read: every output came from this machine's cache.
+    NotRead,
     /// Every cell rerun and held to it.
     Verified,
     /// Rewritten: chapter files written and removed.
@@ -180,6 +182,7 @@ impl fmt::Display for StoreNote {
                 "{missing} output(s) computed here are not in the store (`{}` adds them)",
                 crate::store::REFRESH_COMMAND
             ),
+            StoreNote::NotRead => write!(f, "every output from this machine's cache"),
             StoreNote::Verified => write!(f, "every cell rerun and held to the store"),
             StoreNote::Refreshed { written, removed } => write!(
                 f,

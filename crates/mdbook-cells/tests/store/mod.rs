@@ -5,8 +5,9 @@ use super::*;
 use mdbook_cells::StoreNote;
 use mdbook_cells::store::StoreMode;
 
-/// A chapter of four cells: plain, labelled, one that reads a file it does not declare (so its
-/// output can change under an unchanged key) and one like it marked `varies`.
+/// A chapter of five cells: plain, labelled, one that reads a file it does not declare (so its
+/// output can change under an unchanged key), one like it marked `varies`, and one whose
+/// compile error is its content.
 const CHAPTER: &str = r#"# Stored
 
 ```cell
@@ -26,6 +27,11 @@ std::fs::read_to_string("undeclared.txt")?
 ```cell
 //| varies: reads a file it does not declare, on purpose
 std::fs::read_to_string("undeclared.txt")?.to_uppercase()
+```
+
+```cell
+//| expect-fail
+let n: u32 = "not a number";
 ```
 "#;
 
@@ -60,10 +66,9 @@ fn store_file(root: &Path) -> serde_json::Value {
 }
 
 #[test]
-fn a_fresh_clone_is_served_from_the_store_and_verifying_holds_it_to_fresh_outputs() {
+fn a_refresh_writes_the_store_and_a_fresh_clone_is_served_from_it() {
     let root = scratch_book("store");
     std::fs::write(root.join("undeclared.txt"), "first").unwrap();
-
     // Refresh: every cell runs once and the store holds each output, named and timed.
     let (page, report) = build(&root, CHAPTER, StoreMode::Refresh, false);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
@@ -79,7 +84,8 @@ fn a_fresh_clone_is_served_from_the_store_and_verifying_holds_it_to_fresh_output
     let names: Vec<&str> = (file["cells"].as_array().unwrap().iter())
         .map(|c| c["cell"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["cell 1", "tbl-sizes", "cell 3", "cell 4"]);
+    assert_eq!(names, ["cell 1", "tbl-sizes", "cell 3", "cell 4", "cell 5"]);
+    assert_eq!(file["cells"][4]["kind"], "compile");
     assert!(
         file["cells"][0]["computed"]
             .as_str()
@@ -99,18 +105,31 @@ fn a_fresh_clone_is_served_from_the_store_and_verifying_holds_it_to_fresh_output
     let (served, report) = build(&root, CHAPTER, StoreMode::Serve, false);
     assert_eq!(
         (report.stored, report.ran, report.compiled),
-        (4, 0, Compilation::Nothing),
+        (5, 0, Compilation::Nothing),
         "{report}"
     );
     assert_eq!(served, page);
     assert_eq!(report.store, Some(StoreNote::Served { missing: 0 }));
     // Served once, the outputs are in this machine's cache: the store is not read again.
     let (_, report) = build(&root, CHAPTER, StoreMode::Serve, true);
-    assert_eq!((report.cached, report.stored), (4, 0));
+    assert_eq!((report.cached, report.stored), (5, 0));
+    assert_eq!(report.store, Some(StoreNote::NotRead));
+}
+
+#[test]
+fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
+    let root = scratch_book("store-verify");
+    std::fs::write(root.join("undeclared.txt"), "first").unwrap();
+    let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, false);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
 
     // Verify, all as stored: every cell reran, no problem.
     let (_, report) = build(&root, CHAPTER, StoreMode::Verify, true);
-    assert_eq!((report.ran, report.cached, report.stored), (4, 0, 0));
+    assert_eq!(
+        (report.ran, report.cached, report.stored),
+        (4, 0, 0),
+        "{report}"
+    );
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 
     // An output that changed under the same key is caught, unless its cell says it varies; a
@@ -159,17 +178,24 @@ fn a_fresh_clone_is_served_from_the_store_and_verifying_holds_it_to_fresh_output
     // A damaged store file is a problem at that file; its cells simply run.
     std::fs::write(root.join("outputs/stored.json"), "{\"cells\": [").unwrap();
     let (_, report) = build(&root, CHAPTER, StoreMode::Serve, false);
-    assert_eq!(report.ran, 4);
+    assert_eq!(report.ran, 4, "{report}");
     let found = problems(&report);
     assert!(
         found.len() == 1
             && found[0].contains("outputs/stored.json:0: cell failed: not a store file"),
         "{found:#?}"
     );
-    assert_eq!(report.store, Some(StoreNote::Served { missing: 4 }));
+    assert_eq!(report.store, Some(StoreNote::Served { missing: 5 }));
 
-    // A chapter gone from the book: its file goes with a refresh.
-    std::fs::write(root.join("outputs/gone.json"), "{}").unwrap();
+    // A chapter gone from the book: its file goes with a refresh (a file that is not the
+    // store's stays, a problem at its name, until someone moves it).
+    let gone = serde_json::json!({
+        "made_by": "MDBOOK_CELLS_STORE=refresh mdbook build",
+        "chapter": "src/gone.md",
+        "cells": []
+    });
+    std::fs::write(root.join("outputs/gone.json"), gone.to_string()).unwrap();
+    std::fs::write(root.join("outputs/notes.json"), "{}").unwrap();
     let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
     assert_eq!(
         report.store,
@@ -179,6 +205,8 @@ fn a_fresh_clone_is_served_from_the_store_and_verifying_holds_it_to_fresh_output
         })
     );
     assert!(!root.join("outputs/gone.json").exists());
+    assert!(root.join("outputs/notes.json").exists());
+    assert!(problems(&report)[0].contains("outputs/notes.json:0: cell failed: not a store file"));
 }
 
 /// A cell's timeout rests on the run that computed its stored output: five times that, when
