@@ -269,7 +269,7 @@ fn settle_store(
             StoreNote::Served { missing }
         }
         StoreMode::Verify => {
-            let layout = layout(&stored_chapters(docs, plan, got));
+            let layout = layout(&stored_chapters(docs, plan, got, None));
             verify(plan, &opened, got, &mut held);
             for (file, why) in opened.misfiled(root, dir, &layout) {
                 held.problems.push(Problem {
@@ -281,7 +281,7 @@ fn settle_store(
             StoreNote::Verified
         }
         StoreMode::Refresh => {
-            let chapters = stored_chapters(docs, plan, got);
+            let chapters = stored_chapters(docs, plan, got, Some(&opened));
             let (written, removed) =
                 store::write(root, dir, &chapters).map_err(|source| Error::Store {
                     path: root.join(dir),
@@ -345,11 +345,14 @@ fn worth_keeping(plan: &Plan, f: &PlannedCell, stored: &Stored) -> bool {
 }
 
 /// Every chapter's outputs worth keeping, in page order, as the store files them: the time of
-/// the run that computed each (this build's, or the one the cache or store kept).
+/// the run that computed each (this build's, or the one the cache or store kept). An output the
+/// `previous` store already holds under the same key keeps its entry's date and run time: a
+/// rerun that reproduced it changes nothing to commit.
 fn stored_chapters(
     docs: &[Document],
     plan: &Plan,
     got: &HashMap<String, Got>,
+    previous: Option<&Store>,
 ) -> Vec<(String, Vec<store::Entry>)> {
     let now = provenance::utc_now();
     docs.iter()
@@ -360,6 +363,15 @@ fn stored_chapters(
                     let (key, got) = (f.key.as_ref()?, got.get(&f.module)?);
                     if !worth_keeping(plan, f, &got.stored) {
                         return None;
+                    }
+                    let same = previous
+                        .and_then(|p| p.get(key))
+                        .filter(|e| e.stored == got.stored);
+                    if let Some(entry) = same {
+                        return Some(store::Entry {
+                            cell: f.store_name.clone(),
+                            ..entry.clone()
+                        });
                     }
                     let (ran, computed) = match &got.source {
                         Source::Ran(t) => (*t, now.clone()),

@@ -131,6 +131,14 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
         "{report}"
     );
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // Those reruns reproduced every output: a refresh after them has nothing to write (no
+    // new dates or run times to commit).
+    let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
+    let unchanged = StoreNote::Refreshed {
+        written: 0,
+        removed: 0,
+    };
+    assert_eq!(report.store, Some(unchanged));
 
     // An output that changed under the same key is caught, unless its cell says it varies; a
     // stale entry (a key no cell has) is caught at its file; a cell whose entry is gone is
