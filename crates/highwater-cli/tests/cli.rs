@@ -477,7 +477,7 @@ fn conform_holds_the_simulator_to_the_recorded_gpu_runs() {
 /// problem tuned in the pool, settled on its leanest and on its hungriest kernel). Bytes reserved
 /// are held to the pages: `situ::band::reserved_tolerance` says why.
 #[test]
-#[ignore = "a minute of dry training on two cores: CI runs it after the tests (`.ci/run`, `-- --ignored conform_`)"]
+#[ignore = "a minute of dry training on two cores: CI runs it after the tests (`.ci/run`: `--test cli -- --ignored conform_`)"]
 fn conform_band_holds_models_the_atlas_never_saw() {
     let args = [
         "conform",
@@ -510,7 +510,7 @@ fn conform_band_holds_models_the_atlas_never_saw() {
 /// dry run does too (the same race between CubeCL's threads), so those figures are checked
 /// against the spread, not against a text.
 #[test]
-#[ignore = "half a minute of dry training on two cores: CI runs it after the tests (`.ci/run`, `-- --ignored conform_`)"]
+#[ignore = "half a minute of dry training on two cores: CI runs it after the tests (`.ci/run`: `--test cli -- --ignored conform_`)"]
 fn conform_dry_replays_every_recorded_gpu_run_to_the_byte() {
     let out = highwater(&["conform", "--dry", "--json", "repro/results"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
