@@ -20,9 +20,9 @@
 //!
 //! Below the stages: the shared types ([`types`], [`outcome`], [`error`]) and the parts they
 //! use (`parse`, `params`, `shared`, `config`, `cache`, `store`, `key`, `compile`, `execute`,
-//! `render`, `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work outside a
-//! build: [`export`] (a chapter as a cargo project) and [`lint`] (rustfmt and clippy over the
-//! cells, `mdbook-cells fmt`). Nothing imports back up.
+//! `render`, `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work
+//! outside a build: [`export`] (a chapter as a cargo project) and [`lint`] (rustfmt and clippy
+//! over the cells, `mdbook-cells fmt`). Nothing imports back up.
 
 pub mod bundle;
 pub mod cache;

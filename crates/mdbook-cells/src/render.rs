@@ -480,6 +480,45 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_says_what_the_page_lacks_and_links_the_report() {
+        let block = &crate::parse::split("```cell\n//| id: tbl-x\n1\n```\n").segments[0];
+        let crate::parse::Segment::Cell(block) = block else {
+            panic!("a cell")
+        };
+        let label = Label {
+            id: "tbl-x".into(),
+            name: "Table 2.1".into(),
+            html_path: "part/a.html".into(),
+        };
+        let failed = Shown::Failure {
+            fault: Fault::Ran(FailureKind::Panic),
+            message: "boom".into(),
+            stdout: String::new(),
+            expected: false,
+        };
+        let html = cell(
+            block,
+            &failed,
+            Some(&label),
+            false,
+            Some("../build-report.html"),
+        );
+        assert!(
+            html.contains("Table 2.1 is missing from this page: the cell failed in this build")
+                && html.contains("<a href=\"../build-report.html\">build report</a>"),
+            "{html}"
+        );
+        // An expected failure is the cell's content: nothing is missing.
+        let expected = Shown::Failure {
+            fault: Fault::Ran(FailureKind::Panic),
+            message: "boom".into(),
+            stdout: String::new(),
+            expected: true,
+        };
+        assert!(!cell(block, &expected, None, false, None).contains("cell-missing"));
+    }
+
+    #[test]
     fn failures_with_blank_lines_stay_inside_their_html_block() {
         let shown = Shown::Failure {
             fault: Fault::Ran(FailureKind::Panic),
