@@ -9,6 +9,10 @@
 //! reruns every cell and holds the store to it (an entry missing, one no cell has, or an output
 //! that differs is a problem), and only [`StoreMode::Refresh`] writes it.
 //!
+//! The key names no machine: an output is taken to be the same wherever the same code runs on
+//! the same inputs (what CI's verifying build checks, on its own machine). A cell whose output
+//! depends on the host (its timing, its core count) says so with `//| varies: …`.
+//!
 //! One file per chapter, `<store-dir>/<chapter>.json` (`src/` and `.md` dropped), its cells in
 //! page order, each named by its id or its place among the chapter's cells: a refresh that
 //! changes one output changes one entry, so the diff says which figure moved.
@@ -39,9 +43,10 @@ pub enum StoreMode {
     Serve,
     /// Rerun every cell, neither cache nor store consulted, and hold the store to the outputs.
     Verify,
-    /// Take outputs as serving does (a `varies` cell's stored output first, so that its entry
-    /// does not churn), run what neither has, then rewrite the store to hold exactly the book's
-    /// current outputs.
+    /// Take each output from this machine's cache, else the store (a `varies` cell's from the
+    /// store first, so that its entry does not churn), run what neither has, then rewrite the
+    /// store to hold exactly the book's current outputs; an output a rerun reproduced keeps its
+    /// entry's date and run time.
     Refresh,
 }
 
@@ -77,7 +82,7 @@ struct ChapterFile {
 /// One cell's stored output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
-    /// The cell, by its id or as `cell N` (its place among the chapter's cells, from 1).
+    /// The cell, by its id or as `cell N` (its place among the chapter's cells that run).
     pub cell: String,
     /// Its cache key when the output was computed.
     pub key: String,
