@@ -283,10 +283,12 @@ fn settle_store(
         StoreMode::Refresh => {
             let chapters = stored_chapters(docs, plan, got, Some(&opened));
             let (written, removed) =
-                store::write(root, dir, &chapters).map_err(|source| Error::Store {
-                    path: root.join(dir),
-                    source,
-                })?;
+                opened
+                    .write(root, dir, &chapters)
+                    .map_err(|source| Error::Store {
+                        path: root.join(dir),
+                        source,
+                    })?;
             StoreNote::Refreshed {
                 written: written.len(),
                 removed: removed.len(),

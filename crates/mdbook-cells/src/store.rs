@@ -206,6 +206,46 @@ impl Store {
         }
         found
     }
+
+    /// Rewrites the store under `root/dir` to hold exactly `chapters` (each chapter's source and
+    /// its entries in page order): a file whose content would not change is left as it is, a file
+    /// no chapter needs is removed. Returns the files written and removed, relative to `root`.
+    pub fn write(
+        &self,
+        root: &Path,
+        dir: &Path,
+        chapters: &[(String, Vec<Entry>)],
+    ) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+        let mut keep = Vec::new();
+        let mut written = Vec::new();
+        for (chapter, cells) in chapters.iter().filter(|(_, cells)| !cells.is_empty()) {
+            let file = ChapterFile {
+                made_by: REFRESH_COMMAND.to_string(),
+                chapter: chapter.clone(),
+                cells: cells.clone(),
+            };
+            let path = path(root, dir, chapter);
+            let text = serde_json::to_string_pretty(&file).map_err(std::io::Error::other)? + "\n";
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+                std::fs::write(&tmp, text)?;
+                std::fs::rename(&tmp, &path)?;
+                written.push(relative(root, &path));
+            }
+            keep.push(relative(root, &path));
+        }
+        // Only the files read as the store's go (in path order): anything else under the folder
+        // is left as it is.
+        let mut removed = Vec::new();
+        for file in self.files.keys().filter(|f| !keep.contains(f)) {
+            std::fs::remove_file(root.join(file))?;
+            removed.push(file.clone());
+        }
+        Ok((written, removed))
+    }
 }
 
 /// A chapter's file as the store lays it out: the chapter and its cells' names and keys.
@@ -322,58 +362,6 @@ pub fn path(root: &Path, dir: &Path, chapter: &str) -> PathBuf {
 /// parameters cells are not counted): its id, or `cell N`.
 pub fn cell_name(id: Option<&str>, n: usize) -> String {
     id.map_or_else(|| format!("cell {n}"), str::to_string)
-}
-
-/// Rewrites the store under `root/dir` to hold exactly `chapters` (each chapter's source and
-/// its entries in page order): a file whose content would not change is left as it is, a file
-/// no chapter needs is removed. Returns the files written and removed, relative to `root`.
-pub fn write(
-    root: &Path,
-    dir: &Path,
-    chapters: &[(String, Vec<Entry>)],
-) -> std::io::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
-    let mut keep = Vec::new();
-    let mut written = Vec::new();
-    for (chapter, cells) in chapters.iter().filter(|(_, cells)| !cells.is_empty()) {
-        let file = ChapterFile {
-            made_by: REFRESH_COMMAND.to_string(),
-            chapter: chapter.clone(),
-            cells: cells.clone(),
-        };
-        let path = path(root, dir, chapter);
-        let text = serde_json::to_string_pretty(&file).map_err(std::io::Error::other)? + "\n";
-        if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-            std::fs::write(&tmp, text)?;
-            std::fs::rename(&tmp, &path)?;
-            written.push(relative(root, &path));
-        }
-        keep.push(path);
-    }
-    let mut present = Vec::new();
-    collect_json(&root.join(dir), &mut present);
-    let mut removed = Vec::new();
-    // Only the store's own files go: anything else under the folder is left as it is.
-    for path in present
-        .into_iter()
-        .filter(|p| !keep.contains(p) && is_store_file(p))
-    {
-        std::fs::remove_file(&path)?;
-        removed.push(relative(root, &path));
-    }
-    removed.sort();
-    Ok((written, removed))
-}
-
-/// Whether `path` is a file this module wrote (it parses, and names the refresh command).
-fn is_store_file(path: &Path) -> bool {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| serde_json::from_str::<ChapterFile>(&text).ok())
-        .is_some_and(|file| file.made_by == REFRESH_COMMAND)
 }
 
 fn relative(root: &Path, path: &Path) -> PathBuf {

@@ -35,6 +35,12 @@ let n: u32 = "not a number";
 ```
 "#;
 
+/// A refresh that found nothing to write.
+const UNCHANGED: StoreNote = StoreNote::Refreshed {
+    written: 0,
+    removed: 0,
+};
+
 /// One build of `chapter` in `root` with the store under `outputs/`, in `mode`, from an empty
 /// cache (a fresh clone) unless `keep_cache`.
 fn build(root: &Path, chapter: &str, mode: StoreMode, keep_cache: bool) -> (String, Report) {
@@ -95,11 +101,7 @@ fn a_refresh_writes_the_store_and_a_fresh_clone_is_served_from_it() {
 
     // A refresh that changes nothing writes nothing.
     let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
-    let unchanged = StoreNote::Refreshed {
-        written: 0,
-        removed: 0,
-    };
-    assert_eq!(report.store, Some(unchanged));
+    assert_eq!(report.store, Some(UNCHANGED));
 
     // A fresh clone: nothing compiled, nothing run, the same page.
     let (served, report) = build(&root, CHAPTER, StoreMode::Serve, false);
@@ -134,11 +136,7 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
     // Those reruns reproduced every output: a refresh after them has nothing to write (no
     // new dates or run times to commit).
     let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
-    let unchanged = StoreNote::Refreshed {
-        written: 0,
-        removed: 0,
-    };
-    assert_eq!(report.store, Some(unchanged));
+    assert_eq!(report.store, Some(UNCHANGED));
 
     // An output that changed under the same key is caught, unless its cell says it varies; a
     // stale entry (a key no cell has) is caught at its file; a cell whose entry is gone is
