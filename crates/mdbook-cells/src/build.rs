@@ -1,22 +1,26 @@
 //! Stage 2, build: each cell's outcome from the cache, or compiled (the book's cells as one
 //! crate) and run now in one child process — a GPU cell bundled instead, when bundling — and
-//! the outcomes worth keeping cached.
+//! the outcomes worth keeping cached; then the committed store settled against them
+//! ([`settle`]).
 
 use crate::bundle::BundledCell;
-use crate::cache::{self, Cache, Entry};
-use crate::compile::{self, CellCrate, CellSource, LineMap};
+use crate::cache::{Cache, Entry};
+use crate::compile::{self, CellCrate, CellSource};
 use crate::config::{Config, GpuMode};
 use crate::error::{BundleError, Error};
 use crate::execute::{self, Job};
+use crate::lines::LineMap;
 use crate::outcome::{FailureKind, Outcome, Stored};
 use crate::plan::{Plan, PlannedCell};
 use crate::quick::{self, RustcCall};
-use crate::store::{self, Check, Layout, Store, StoreAccess, StoreMode, StoreOutcome};
-use crate::types::{Compilation, Document, Problem, Source, StoreNote};
+use crate::store::{self, Store, StoreAccess, StoreMode, StoreOutcome};
+use crate::types::{Compilation, Document, Source};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod settle;
 
 /// Each run cell's outcome and how long it ran, by module.
 pub(crate) type Ran = HashMap<String, (Stored, Duration)>;
@@ -176,13 +180,37 @@ pub(crate) fn build(
         .filter(|(_, g)| g.stored.outcome.failure() == Some(FailureKind::Compile))
         .map(|(module, _)| module.clone())
         .collect();
-    let store = settle_store(root, docs, plan, &got, store)?;
+    let store = settle::settle_store(root, docs, plan, &got, store)?;
+    show_panic_locations(docs, plan, &mut got);
     Ok(Built {
         got,
         prelude_errors,
         stats,
         store,
     })
+}
+
+/// A kept panic names its place relative to its cell (so that prose moving the cell leaves the
+/// output current); the reader sees it on the chapter's line where the cell is now.
+fn show_panic_locations(docs: &[Document], plan: &Plan, got: &mut HashMap<String, Got>) {
+    let panicked = |f: &PlannedCell| {
+        got.get(&f.module)
+            .is_some_and(|g| g.stored.outcome.failure() == Some(FailureKind::Panic))
+    };
+    for cell in cell_sources(docs, plan, panicked) {
+        let (_, map) = compile::module_text(&cell);
+        if let Some(Got {
+            stored:
+                Stored {
+                    outcome: Outcome::Failed { message, .. },
+                    ..
+                },
+            ..
+        }) = got.get_mut(&cell.module)
+        {
+            *message = map.resolve_panic_location(message);
+        }
+    }
 }
 
 /// An output computed earlier under `key`: from this machine's cache, else from the store
@@ -236,168 +264,6 @@ fn stored(key: &str, cache: &Cache, store: &mut StoreAccess<'_>) -> std::io::Res
         stored: cached.stored,
         source,
     }))
-}
-
-/// The store's part once every cell has its outcome: in a serve build, how many outputs it
-/// lacks; verifying, every way it fails the build's outputs; refreshing, rewritten to them.
-fn settle_store(
-    root: &Path,
-    docs: &[Document],
-    plan: &Plan,
-    got: &HashMap<String, Got>,
-    store: StoreAccess<'_>,
-) -> Result<StoreOutcome, Error> {
-    let (Some(dir), mode) = (store.dir, store.mode) else {
-        return Ok(StoreOutcome::default());
-    };
-    let Some((opened, problems)) = store.opened else {
-        return Ok(StoreOutcome {
-            note: Some(StoreNote::NotRead),
-            ..StoreOutcome::default()
-        });
-    };
-    let mut held = StoreOutcome {
-        problems,
-        ..StoreOutcome::default()
-    };
-    held.note = Some(match mode {
-        StoreMode::Serve => {
-            let missing = (plan.cells.iter())
-                .filter(|f| f.key.as_ref().is_some_and(|k| opened.get(k).is_none()))
-                .filter(|f| (got.get(&f.module)).is_some_and(|g| worth_keeping(plan, f, &g.stored)))
-                .count();
-            StoreNote::Served { missing }
-        }
-        StoreMode::Verify => {
-            let layout = layout(&stored_chapters(docs, plan, got, None));
-            verify(plan, &opened, got, &mut held);
-            for (file, why) in opened.misfiled(root, dir, &layout) {
-                held.problems.push(Problem {
-                    file: file.display().to_string(),
-                    line: 0,
-                    reason: format!("{why}: `{}` rewrites it", store::REFRESH_COMMAND),
-                });
-            }
-            StoreNote::Verified
-        }
-        StoreMode::Refresh => {
-            let chapters = stored_chapters(docs, plan, got, Some(&opened));
-            let (written, removed) =
-                opened
-                    .write(root, dir, &chapters)
-                    .map_err(|source| Error::Store {
-                        path: root.join(dir),
-                        source,
-                    })?;
-            StoreNote::Refreshed {
-                written: written.len(),
-                removed: removed.len(),
-            }
-        }
-    });
-    Ok(held)
-}
-
-/// Holds the store's entries to this build's outputs (every cell ran): each cell's key must be
-/// there with the same output (a `varies` cell: there, whatever its output).
-fn verify(plan: &Plan, store: &Store, got: &HashMap<String, Got>, held: &mut StoreOutcome) {
-    for f in &plan.cells {
-        let (Some(key), Some(now)) = (&f.key, got.get(&f.module)) else {
-            continue;
-        };
-        if !worth_keeping(plan, f, &now.stored) {
-            // A failure: already a problem of its own.
-            continue;
-        }
-        let check = match store.get(key) {
-            None => Some(Check::Missing),
-            Some(_) if plan.block(f).options.varies.is_some() => None,
-            Some(entry) => {
-                store::difference(&entry.stored, &now.stored).map(|why| Check::Differs {
-                    computed: entry.computed.clone(),
-                    why,
-                })
-            }
-        };
-        if let Some(check) = check {
-            held.checks.insert(f.module.clone(), check);
-        }
-    }
-}
-
-/// Each chapter's cells as the store would file them (by name and key, in page order).
-fn layout(chapters: &[(String, Vec<store::Entry>)]) -> Vec<Layout> {
-    (chapters.iter())
-        .map(|(chapter, entries)| Layout {
-            chapter: chapter.clone(),
-            cells: (entries.iter())
-                .map(|e| (e.cell.clone(), e.key.clone()))
-                .collect(),
-        })
-        .collect()
-}
-
-/// Whether an outcome belongs in the cache and the store: an output, or a failure that is the
-/// cell's content (an expected failure that would happen again).
-fn worth_keeping(plan: &Plan, f: &PlannedCell, stored: &Stored) -> bool {
-    match stored.outcome.failure() {
-        None => true,
-        Some(kind) => plan.block(f).options.expect_fail && kind.is_deterministic(),
-    }
-}
-
-/// Every chapter's outputs worth keeping, in page order, as the store files them: the time of
-/// the run that computed each (this build's, or the one the cache or store kept). An output the
-/// `previous` store already holds under the same key keeps its entry's date and run time: a
-/// rerun that reproduced it changes nothing to commit.
-fn stored_chapters(
-    docs: &[Document],
-    plan: &Plan,
-    got: &HashMap<String, Got>,
-    previous: Option<&Store>,
-) -> Vec<(String, Vec<store::Entry>)> {
-    let now = provenance::utc_now();
-    docs.iter()
-        .enumerate()
-        .map(|(d, doc)| {
-            let entries = (plan.cells.iter().filter(|f| f.doc == d))
-                .filter_map(|f| {
-                    let (key, got) = (f.key.as_ref()?, got.get(&f.module)?);
-                    if !worth_keeping(plan, f, &got.stored) {
-                        return None;
-                    }
-                    let same = previous
-                        .and_then(|p| p.get(key))
-                        .filter(|e| e.stored == got.stored);
-                    if let Some(entry) = same {
-                        return Some(store::Entry {
-                            cell: f.store_name.clone(),
-                            ..entry.clone()
-                        });
-                    }
-                    let (ran, computed) = match &got.source {
-                        Source::Ran(t) => (*t, now.clone()),
-                        // An expected compile failure: found now, nothing ran.
-                        Source::Compiled => (Duration::ZERO, now.clone()),
-                        Source::Cached { ran, computed } => (
-                            ran.unwrap_or_default(),
-                            computed.clone().unwrap_or_else(|| now.clone()),
-                        ),
-                        Source::Stored { ran, computed } => (*ran, computed.clone()),
-                        _ => return None,
-                    };
-                    Some(store::Entry {
-                        cell: f.store_name.clone(),
-                        key: key.clone(),
-                        computed,
-                        ran_ms: cache::millis(ran),
-                        stored: got.stored.clone(),
-                    })
-                })
-                .collect();
-            (doc.source.clone(), entries)
-        })
-        .collect()
 }
 
 /// What the cells to run are, and what their timeouts rest on.
@@ -480,7 +346,7 @@ fn keep_in_cache(
         let (Some(key), Some(got)) = (&f.key, got.get(&f.module)) else {
             continue;
         };
-        if worth_keeping(plan, f, &got.stored) {
+        if settle::worth_keeping(plan, f, &got.stored) {
             let ran = match got.source {
                 Source::Ran(t) => t,
                 _ => Duration::ZERO,
@@ -674,7 +540,7 @@ impl Build {
             .into_iter()
             .map(|(module, ran)| {
                 let elapsed = ran.elapsed;
-                let stored = ran.into_stored(|m| self.krate.map_panic_location(m));
+                let stored = ran.into_stored(|m| self.krate.keep_panic_location(m));
                 (module, (stored, elapsed))
             })
             .collect();

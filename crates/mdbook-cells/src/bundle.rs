@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::compile::LineMap;
-use crate::compile::map_panic_location;
 use crate::error::BundleError;
+pub use crate::lines::LineMap;
+use crate::lines::map_panic_location;
 use crate::outcome::{Fault, Outcome};
 use crate::{execute, freeze};
 

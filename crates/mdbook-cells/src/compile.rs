@@ -5,9 +5,9 @@
 //! the crate is rebuilt, so one broken cell never takes the others down with it.
 
 use crate::config::Config;
+use crate::lines::{self, LineMap};
 use crate::quick::{self, RustcCall};
 use crate::shared;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -30,33 +30,6 @@ pub(crate) struct CellSource {
     pub(crate) code_line: usize,
     /// Chapter line blamed for errors in the wrapper (the cell's value has the wrong type…).
     pub(crate) last_line: usize,
-}
-
-/// Where each part of a generated module came from.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LineMap {
-    chapter: String,
-    /// For each shared part: (first generated line, number of lines, first chapter line)
-    prelude: Vec<(usize, usize, usize)>,
-    body: (usize, usize, usize),
-    last_line: usize,
-}
-
-impl LineMap {
-    /// Chapter line of a generated line, and whether it lies in the prelude.
-    fn chapter_line(&self, generated: usize) -> (usize, bool) {
-        for &(start, len, line) in &self.prelude {
-            if (start..start + len).contains(&generated) {
-                return (line + generated - start, true);
-            }
-        }
-        let (start, len, line) = self.body;
-        if (start..start + len).contains(&generated) {
-            (line + generated - start, false)
-        } else {
-            (self.last_line, false)
-        }
-    }
 }
 
 /// A compile error attributed to a cell.
@@ -412,33 +385,14 @@ impl CellCrate {
         self.maps.get_key_value(stem).map(|(k, v)| (k.as_str(), v))
     }
 
-    /// Maps a panic location `src/MODULE.rs:LINE` in a message to the chapter's line.
-    pub(crate) fn map_panic_location(&self, message: &str) -> String {
-        map_panic_location(&self.maps, message)
+    /// A panic location `src/MODULE.rs:LINE` in a message, as the cache and store keep it.
+    pub(crate) fn keep_panic_location(&self, message: &str) -> String {
+        lines::keep_panic_location(&self.maps, message)
     }
 
     /// Where each module's lines came from.
     pub(crate) fn line_maps(&self) -> &BTreeMap<String, LineMap> {
         &self.maps
-    }
-}
-
-/// `message` with a panic location in a generated module (`at src/m.rs:12`) rewritten to the
-/// chapter's file and line.
-pub(crate) fn map_panic_location(maps: &BTreeMap<String, LineMap>, message: &str) -> String {
-    let Some(at) = message.rfind(" at src/") else {
-        return message.to_string();
-    };
-    let location = &message[at + 4..];
-    let parsed = location.split_once(".rs:").and_then(|(file, line)| {
-        let module = file.strip_prefix("src/")?;
-        let map = maps.get(module)?;
-        let line: usize = line.trim().parse().ok()?;
-        Some(format!("{}:{}", map.chapter, map.chapter_line(line).0))
-    });
-    match parsed {
-        Some(loc) => format!("{} at {loc}", &message[..at]),
-        None => message.to_string(),
     }
 }
 
@@ -683,9 +637,7 @@ mod tests {
             d.rendered,
             "error[E0425]: cannot find value `y` in this scope\n  --> src/intro.md:21:5\n   |\n21 | x + y\n   |     ^ not found in this scope\n  = help: a local variable with a similar name exists"
         );
-        assert_eq!(
-            krate.map_panic_location(&format!("boom at src/intro_md_0.rs:{body_line}")),
-            "boom at src/intro.md:21"
-        );
+        let kept = krate.keep_panic_location(&format!("boom at src/intro_md_0.rs:{body_line}"));
+        assert_eq!(map.resolve_panic_location(&kept), "boom at src/intro.md:21");
     }
 }

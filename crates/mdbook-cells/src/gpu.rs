@@ -4,10 +4,10 @@
 //! that says which: [`GpuMode`], made from the config.
 
 use crate::bundle::{self, BundledCell};
-use crate::compile::LineMap;
 use crate::config::{Config, GpuMode};
 use crate::error::{BundleError, Error};
 use crate::freeze;
+use crate::lines::LineMap;
 use crate::outcome::Stored;
 use crate::plan::{FreezeAt, PlannedCell};
 use crate::render::Shown;

@@ -20,7 +20,7 @@
 //!
 //! Below the stages: the shared types ([`types`], [`outcome`], [`error`]) and the parts they
 //! use (`parse`, `params`, `shared`, `config`, `cache`, `store`, `key`, `compile`, `execute`,
-//! `render`, `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work
+//! `lines`, `render`, `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work
 //! outside a build: [`export`] (a chapter as a cargo project) and [`lint`] (rustfmt and clippy
 //! over the cells, `mdbook-cells fmt`). Nothing imports back up.
 
@@ -33,6 +33,7 @@ mod execute;
 pub mod export;
 pub mod freeze;
 mod key;
+mod lines;
 pub mod lint;
 pub mod outcome;
 pub mod parse;

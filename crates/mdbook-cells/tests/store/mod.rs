@@ -242,3 +242,24 @@ fn a_rerun_is_given_a_multiple_of_its_stored_run_time() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert!(page.contains("slept"), "{page}");
 }
+
+/// A kept panic names its place in its cell, not the chapter's line: prose added above the
+/// cell leaves its stored output current, and the page shows the line where the cell is now.
+#[test]
+fn prose_that_moves_a_panicking_cell_leaves_its_stored_output_current() {
+    let root = scratch_book("store-panic");
+    let cell = "```cell\n//| expect-fail\nlet n = 0;\nassert!(n > 0, \"n is {n}\");\n```\n";
+    let (page, report) = build(&root, &format!("# Stored\n\n{cell}"), StoreMode::Refresh, false);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert!(page.contains("n is 0 at src/stored.md:6"), "{page}");
+    let kept = store_file(&root)["cells"][0]["body"].clone();
+    assert_eq!(kept, "n is 0 at src/stored.md:@cell+1");
+
+    let moved = format!("# Stored\n\nTwo lines\nof prose.\n\n{cell}");
+    let (page, report) = build(&root, &moved, StoreMode::Serve, false);
+    assert_eq!((report.ran, report.stored), (0, 1), "{report}");
+    assert!(page.contains("n is 0 at src/stored.md:9"), "{page}");
+    let (page, report) = build(&root, &moved, StoreMode::Verify, true);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert!(page.contains("n is 0 at src/stored.md:9"), "{page}");
+}
