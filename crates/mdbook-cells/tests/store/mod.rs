@@ -249,7 +249,12 @@ fn a_rerun_is_given_a_multiple_of_its_stored_run_time() {
 fn prose_that_moves_a_panicking_cell_leaves_its_stored_output_current() {
     let root = scratch_book("store-panic");
     let cell = "```cell\n//| expect-fail\nlet n = 0;\nassert!(n > 0, \"n is {n}\");\n```\n";
-    let (page, report) = build(&root, &format!("# Stored\n\n{cell}"), StoreMode::Refresh, false);
+    let (page, report) = build(
+        &root,
+        &format!("# Stored\n\n{cell}"),
+        StoreMode::Refresh,
+        false,
+    );
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert!(page.contains("n is 0 at src/stored.md:6"), "{page}");
     let kept = store_file(&root)["cells"][0]["body"].clone();
