@@ -18,6 +18,7 @@ pub mod autotune;
 pub mod card;
 pub mod memory;
 mod runtime;
+pub mod schedule;
 mod server;
 pub mod traced;
 
@@ -26,4 +27,5 @@ pub use autotune::AutotuneCache;
 pub use card::{CardError, CardProfile};
 pub use memory::{DeviceMemory, OnRefusal, OutOfMemory};
 pub use runtime::{DryDevice, DryRuntime};
+pub use schedule::Schedule;
 pub use server::{DryServer, TieBreak};

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
-use cubecl_common::device::{Device, DeviceId, DeviceService, ServerUtilitiesHandle};
+use cubecl_common::device::{
+    Device, DeviceId, DeviceService, DeviceServiceStage, ServerUtilitiesHandle,
+};
 use cubecl_cpp::cuda::mma::contiguous_elements_cuda;
 use cubecl_ir::{ContiguousElements, MatrixLayout, MmaProperties, TargetProperties};
 use cubecl_runtime::allocator::PitchedMemoryLayoutPolicy;
@@ -24,6 +26,7 @@ use crate::atlas::Entry;
 use crate::autotune::AutotuneCache;
 use crate::card::{CUDA_ALIGNMENT, CardProfile};
 use crate::memory::{DeviceMemory, OnRefusal};
+use crate::schedule::Schedule;
 use crate::server::{CudaCompiler, DryServer, TieBreak};
 
 /// A CubeCL runtime that allocates like cubecl-cuda 0.10 and never computes.
@@ -51,6 +54,7 @@ struct Registered {
     memory: DeviceMemory,
     autotune: AutotuneCache,
     tie_break: TieBreak,
+    schedule: Schedule,
 }
 
 fn table() -> MutexGuard<'static, HashMap<u16, Registered>> {
@@ -71,6 +75,25 @@ impl DryDevice {
         autotune: Option<&Path>,
         tie_break: TieBreak,
     ) -> Result<Self, AutotuneError> {
+        Self::scheduled(
+            card,
+            capacity,
+            on_refusal,
+            autotune,
+            tie_break,
+            Schedule::default(),
+        )
+    }
+
+    /// [`DryDevice::new`], its server running behind burn-fusion's work as `schedule` says.
+    pub fn scheduled(
+        card: Arc<CardProfile>,
+        capacity: u64,
+        on_refusal: OnRefusal,
+        autotune: Option<&Path>,
+        tie_break: TieBreak,
+        schedule: Schedule,
+    ) -> Result<Self, AutotuneError> {
         let memory = DeviceMemory::new(capacity, on_refusal);
         let mut table = table();
         // The first index free here whose autotune folder no other process holds.
@@ -89,9 +112,15 @@ impl DryDevice {
                 memory,
                 autotune,
                 tie_break,
+                schedule,
             },
         );
-        Ok(DryDevice { index })
+        drop(table);
+        let device = DryDevice { index };
+        // The server starts now, from this thread: burn-fusion, which shares its runner, could
+        // not start it from there ([`DeviceService::stage`] below).
+        DryRuntime::client(&device);
+        Ok(device)
     }
 
     /// Problems autotuned on this device because the GPU's cache did not have them (all of them
@@ -135,6 +164,7 @@ impl DeviceService for DryServer {
             card,
             memory,
             tie_break,
+            schedule,
             ..
         } = DryDevice::from_id(id).registered();
         let properties = card.device_properties();
@@ -144,7 +174,21 @@ impl DeviceService for DryServer {
             (),
             PitchedMemoryLayoutPolicy::new(CUDA_ALIGNMENT as usize),
         );
-        DryServer::new(utilities, memory, card.grid_constants(), tie_break)
+        DryServer::new(
+            utilities,
+            memory,
+            card.grid_constants(),
+            tie_break,
+            schedule,
+        )
+    }
+
+    /// burn-fusion's stage: one thread runs burn-fusion's work and then the server's, in the
+    /// order the training thread sent it, on every host ([`crate::schedule`]). The server has
+    /// to start before burn-fusion's (the runner cannot start one service from inside another's
+    /// start), so [`DryDevice::scheduled`] starts it.
+    fn stage() -> DeviceServiceStage {
+        DeviceServiceStage::Upstream
     }
 
     fn utilities(&self) -> ServerUtilitiesHandle {

@@ -40,6 +40,7 @@ use cubecl_runtime::timestamp_profiler::TimestampProfiler;
 use cubecl_zspace::striding::has_pitched_row_major_strides;
 
 use crate::memory::{DeviceMemory, DryResource, DryStorage};
+use crate::schedule::{Held, Queue, Schedule};
 
 /// The compiler type cubecl-cuda's runtime names (never called: the server compiles nothing).
 pub(crate) type CudaCompiler = CppCompiler<CudaDialect<CudaWmmaCompiler>>;
@@ -111,6 +112,10 @@ pub struct DryServer {
     tie_break: TieBreak,
     /// Bytes reserved on the device when the running profile started.
     profile_start: u64,
+    /// How far the server runs behind: [`Schedule`].
+    schedule: Schedule,
+    /// The commands it holds back meanwhile.
+    queue: Queue,
 }
 
 /// How the dry device settles a problem it has to autotune (one its copy of the GPU's cache
@@ -160,6 +165,7 @@ impl DryServer {
         device_memory: DeviceMemory,
         grid_constants: bool,
         tie_break: TieBreak,
+        schedule: Schedule,
     ) -> Self {
         let max_streams = CubeClRuntimeConfig::get().streaming.max_streams;
         let logger = utilities.logger.clone();
@@ -176,6 +182,82 @@ impl DryServer {
             grid_constants,
             tie_break,
             profile_start: 0,
+            schedule,
+            queue: Queue::default(),
+        }
+    }
+
+    /// Holds `command` and runs those it makes due ([`Schedule::lag`]).
+    fn hold(&mut self, command: Held) {
+        for due in self.queue.hold(command, self.schedule.lag) {
+            self.run(due);
+        }
+    }
+
+    /// Runs every held command: before anything that answers the caller.
+    fn catch_up(&mut self) {
+        for due in self.queue.drain() {
+            self.run(due);
+        }
+    }
+
+    fn run(&mut self, command: Held) {
+        match command {
+            Held::Reserve {
+                memory,
+                size,
+                stream,
+            } => self.reserve_now(memory, size, stream),
+            Held::Launch { bindings, stream } => self.launch_now(bindings, stream),
+            Held::Write {
+                descriptors,
+                stream,
+            } => self.write_now(descriptors, stream),
+            Held::Mode { mode, stream } => self.mode_now(mode, stream),
+        }
+    }
+
+    fn reserve_now(&mut self, memory: ManagedMemoryHandle, size: u64, stream_id: StreamId) {
+        let device_memory = self.device_memory.clone();
+        let mut streams = match self.command(stream_id, [].into_iter(), IGNORE) {
+            Ok(streams) => streams,
+            Err(err) => unreachable!("{err:?}"),
+        };
+        // As cubecl-cuda: a reservation the pools cannot take at all (larger than the largest
+        // page) panics on the server thread.
+        reserve_and_bind(&mut streams, &device_memory, size, memory).unwrap();
+    }
+
+    fn launch_now(&mut self, bindings: KernelArguments, stream_id: StreamId) {
+        if let Err(err) = self.launch_checked(bindings, stream_id) {
+            let mut streams = match self.streams.resolve(stream_id, [].into_iter(), false) {
+                Ok(streams) => streams,
+                Err(err) => unreachable!("{err:?}"),
+            };
+            streams.current().errors.push(err);
+        }
+    }
+
+    fn write_now(&mut self, descriptors: Vec<(CopyDescriptor, Bytes)>, stream_id: StreamId) {
+        let handles: Vec<Binding> = descriptors.iter().map(|d| d.0.handle.clone()).collect();
+        let mut streams = match self.command(stream_id, handles.iter(), IGNORE) {
+            Ok(streams) => streams,
+            Err(err) => unreachable!("{err:?}"),
+        };
+        for (descriptor, _data) in descriptors {
+            let checked = check_copy(&descriptor)
+                .and_then(|()| resource(&mut streams, descriptor.handle).map(|_| ()));
+            if let Err(err) = checked {
+                streams.current().errors.push(err.into());
+                return;
+            }
+        }
+    }
+
+    fn mode_now(&mut self, mode: MemoryAllocationMode, stream_id: StreamId) {
+        match self.command(stream_id, [].into_iter(), IGNORE) {
+            Ok(mut streams) => streams.current().memory.mode(mode),
+            Err(err) => unreachable!("{err:?}"),
         }
     }
 
@@ -350,6 +432,7 @@ impl ComputeServer for DryServer {
         descriptors: Vec<CopyDescriptor>,
         stream_id: StreamId,
     ) -> DynFut<Result<Vec<Bytes>, ServerError>> {
+        self.catch_up();
         let result = (|| {
             let handles: Vec<Binding> = descriptors.iter().map(|d| d.handle.clone()).collect();
             let mut streams = self.command(stream_id, handles.iter(), FLUSH)?;
@@ -366,30 +449,18 @@ impl ComputeServer for DryServer {
     }
 
     fn initialize_memory(&mut self, memory: ManagedMemoryHandle, size: u64, stream_id: StreamId) {
-        let device_memory = self.device_memory.clone();
-        let mut streams = match self.command(stream_id, [].into_iter(), IGNORE) {
-            Ok(streams) => streams,
-            Err(err) => unreachable!("{err:?}"),
-        };
-        // As cubecl-cuda: a reservation the pools cannot take at all (larger than the largest
-        // page) panics on the server thread.
-        reserve_and_bind(&mut streams, &device_memory, size, memory).unwrap();
+        self.hold(Held::Reserve {
+            memory,
+            size,
+            stream: stream_id,
+        });
     }
 
     fn write(&mut self, descriptors: Vec<(CopyDescriptor, Bytes)>, stream_id: StreamId) {
-        let handles: Vec<Binding> = descriptors.iter().map(|d| d.0.handle.clone()).collect();
-        let mut streams = match self.command(stream_id, handles.iter(), IGNORE) {
-            Ok(streams) => streams,
-            Err(err) => unreachable!("{err:?}"),
-        };
-        for (descriptor, _data) in descriptors {
-            let checked = check_copy(&descriptor)
-                .and_then(|()| resource(&mut streams, descriptor.handle).map(|_| ()));
-            if let Err(err) = checked {
-                streams.current().errors.push(err.into());
-                return;
-            }
-        }
+        self.hold(Held::Write {
+            descriptors,
+            stream: stream_id,
+        });
     }
 
     unsafe fn launch(
@@ -400,22 +471,21 @@ impl ComputeServer for DryServer {
         _mode: ExecutionMode,
         stream_id: StreamId,
     ) {
-        if let Err(err) = self.launch_checked(bindings, stream_id) {
-            let mut streams = match self.streams.resolve(stream_id, [].into_iter(), false) {
-                Ok(streams) => streams,
-                Err(err) => unreachable!("{err:?}"),
-            };
-            streams.current().errors.push(err);
-        }
+        self.hold(Held::Launch {
+            bindings,
+            stream: stream_id,
+        });
     }
 
     fn flush(&mut self, stream_id: StreamId) -> Result<(), ServerError> {
+        self.catch_up();
         let mut streams = self.command(stream_id, [].into_iter(), FLUSH)?;
         streams.current().memory.storage().flush();
         Ok(())
     }
 
     fn sync(&mut self, stream_id: StreamId) -> DynFut<Result<(), ServerError>> {
+        self.catch_up();
         let result = self.command(stream_id, [].into_iter(), FLUSH).map(|_| ());
         Box::pin(async move { result })
     }
@@ -448,6 +518,7 @@ impl ComputeServer for DryServer {
         binding: Binding,
         stream_id: StreamId,
     ) -> Result<ManagedResource<DryResource>, ServerError> {
+        self.catch_up();
         let mut streams = self.command(stream_id, [&binding].into_iter(), IGNORE)?;
         let memory = binding.memory.clone();
         let resource = resource(&mut streams, binding)?;
@@ -455,11 +526,13 @@ impl ComputeServer for DryServer {
     }
 
     fn memory_usage(&mut self, stream_id: StreamId) -> Result<MemoryUsage, ServerError> {
+        self.catch_up();
         let mut streams = self.command(stream_id, [].into_iter(), STRICT)?;
         Ok(streams.current().memory.memory_usage())
     }
 
     fn memory_cleanup(&mut self, stream_id: StreamId) {
+        self.catch_up();
         match self.command(stream_id, [].into_iter(), IGNORE) {
             Ok(mut streams) => streams.current().memory.cleanup(true),
             Err(err) => unreachable!("{err:?}"),
@@ -467,9 +540,13 @@ impl ComputeServer for DryServer {
     }
 
     fn allocation_mode(&mut self, mode: MemoryAllocationMode, stream_id: StreamId) {
-        match self.command(stream_id, [].into_iter(), IGNORE) {
-            Ok(mut streams) => streams.current().memory.mode(mode),
-            Err(err) => unreachable!("{err:?}"),
+        if self.schedule.modes_overtake {
+            self.mode_now(mode, stream_id);
+        } else {
+            self.hold(Held::Mode {
+                mode,
+                stream: stream_id,
+            });
         }
     }
 }

@@ -17,7 +17,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use cubecl_common::bytes::Bytes;
-use cubecl_common::device::{Device, DeviceId, DeviceService, ServerUtilitiesHandle};
+use cubecl_common::device::{
+    Device, DeviceId, DeviceService, DeviceServiceStage, ServerUtilitiesHandle,
+};
 use cubecl_common::future::DynFut;
 use cubecl_common::profile::ProfileDuration;
 use cubecl_common::stream_id::StreamId;
@@ -114,6 +116,10 @@ where
 
     fn utilities(&self) -> ServerUtilitiesHandle {
         self.utilities.clone() as ServerUtilitiesHandle
+    }
+
+    fn stage() -> DeviceServiceStage {
+        S::stage()
     }
 }
 

@@ -120,19 +120,34 @@ fn known_dry(dir: &Path) -> Result<Vec<KnownDryDifference>> {
     Ok(known.into_iter().filter(|k| k.applies_on(cores)).collect())
 }
 
-/// Every record replayed dry, held to the byte or to the GPU's own spread across repeats.
-/// Replays run in parallel, one dry device each.
+/// A record replayed dry: the (predicted) run, held to the record, and on burn-fusion its
+/// schedules' band held to the GPU's runs.
+type Replayed = (
+    situ::dry::DryOutcome,
+    Exactness,
+    Option<situ::band::BandCheck>,
+);
+
+/// Every record replayed dry, held to the byte or to the GPU's own spread across repeats; a
+/// burn-fusion network's bytes reserved to the band of its schedules instead
+/// (`situ::band::schedules`). Replays run in parallel, one dry device each.
 fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     let card = std::sync::Arc::new(dryrun::CardProfile::read(&a.card)?);
     let known = known_dry(&a.dir)?;
-    // A run passes outright, or with the figures its known difference names set aside.
-    let passes = |e: &Exactness| {
+    let atlas = dryrun::Atlas::read(&a.autotune)
+        .with_context(|| format!("cannot read the autotune cache {}", a.autotune.display()))?;
+    // A run passes outright, inside its schedules' band, or with the figures its known
+    // difference names set aside.
+    let passes = |(_, e, band): &Replayed| {
         let known = known.iter().find(|k| k.run == e.name);
-        e.passes() || known.is_some_and(|k| e.passes_except(&k.figures))
+        match band {
+            Some(check) => check.holds() && e.passes_except(&["reserved".into()]),
+            None => e.passes() || known.is_some_and(|k| e.passes_except(&k.figures)),
+        }
     };
     quiet_device_threads();
     let repeat_dirs = repeat_dirs(&a.dir.join(REPEATS))?;
-    let replay = |path: &PathBuf| -> Result<(situ::dry::DryOutcome, Exactness)> {
+    let replay = |path: &PathBuf| -> Result<Replayed> {
         let repeats = repeat_dirs
             .iter()
             .map(|dir| dir.join(path.file_name().unwrap_or_default()))
@@ -144,14 +159,21 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             let record: NetworkRecord = read_record(path)?;
             let repeats: Vec<NetworkRecord> =
                 repeats.map(|r| read_record(&r)).collect::<Result<_>>()?;
-            quietly(|| {
-                situ::dry::replay_network(&record, &repeats, card.clone(), Some(&a.autotune))
-            })
+            if record.backend == highwater::recipe::Backend::Fusion {
+                quietly(|| situ::band::replay_band(&record, &repeats, card.clone(), &atlas))
+                    .map(|(band, check)| (band.predicted, check.in_use.clone(), Some(check)))
+            } else {
+                quietly(|| {
+                    situ::dry::replay_network(&record, &repeats, card.clone(), Some(&a.autotune))
+                })
+                .map(|(outcome, e)| (outcome, e, None))
+            }
         } else {
             let record: RerunRecord = read_record(path)?;
             let repeats: Vec<RerunRecord> =
                 repeats.map(|r| read_record(&r)).collect::<Result<_>>()?;
             quietly(|| situ::dry::replay(&record, &repeats, card.clone(), Some(&a.autotune)))
+                .map(|(outcome, e)| (outcome, e, None))
         };
         replayed.with_context(|| format!("cannot replay {}", path.display()))
     };
@@ -169,15 +191,22 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             .collect::<Result<Vec<_>>>()
     })?;
     if a.json {
-        for (_, exactness) in &results {
+        for replayed in &results {
+            let (_, exactness, band) = replayed;
             let mut row = serde_json::to_value(exactness)?;
-            row["passes"] = passes(exactness).into();
+            row["passes"] = passes(replayed).into();
             row["exact"] = exactness.passes().into();
+            if let Some(check) = band {
+                let edges: Vec<[Option<u64>; 2]> =
+                    check.reserved.iter().map(|&(l, _, h)| [l, h]).collect();
+                row["reserved_band"] = serde_json::to_value(edges)?;
+                row["reserved_outside"] = serde_json::to_value(&check.reserved_outside)?;
+            }
             println!("{row}");
         }
     } else {
         println!("{}", dry_table(&results, &known));
-        for (outcome, e) in &results {
+        for (outcome, e, _) in &results {
             for m in &outcome.autotune_misses {
                 println!(
                     "{}: tuned dry (not in the GPU's cache): {} {} -> {}",
@@ -189,7 +218,7 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             }
         }
     }
-    let missed = results.iter().filter(|(_, e)| !passes(e)).count();
+    let missed = results.iter().filter(|r| !passes(r)).count();
     if missed > 0 {
         bail!(
             "{missed} of {} recorded runs differ from their dry replay",
@@ -377,10 +406,7 @@ pub(crate) fn read_record<R: serde::de::DeserializeOwned>(path: &Path) -> Result
     serde_json::from_str(&text).with_context(|| format!("{} is not a GPU record", path.display()))
 }
 
-fn dry_table(
-    results: &[(situ::dry::DryOutcome, Exactness)],
-    known: &[KnownDryDifference],
-) -> String {
+fn dry_table(results: &[Replayed], known: &[KnownDryDifference]) -> String {
     let fate = |d: Option<(u64, highwater::trace::Phase)>| {
         d.map_or("–".to_string(), |(step, phase)| {
             format!("{step} {}", highwater::recipe::written_name(&phase))
@@ -388,7 +414,7 @@ fn dry_table(
     };
     let rows: Vec<Vec<String>> = results
         .iter()
-        .map(|(outcome, e)| {
+        .map(|(outcome, e, band)| {
             let worst = e
                 .differences
                 .iter()
@@ -403,14 +429,30 @@ fn dry_table(
                 }),
                 format!("{} / {}", fate(e.measured_death), fate(e.predicted_death)),
                 show(outcome.peak_bytes),
-                match (e.passes(), e.differences.is_empty()) {
-                    (true, true) => "exact".to_string(),
-                    (true, false) => "within the GPU's spread".to_string(),
-                    (false, _) => match known.iter().find(|k| k.run == e.name) {
-                        Some(k) if e.passes_except(&k.figures) => {
-                            format!("known: {} (see {KNOWN_DRY})", k.figures.join(", "))
-                        }
-                        _ => "DIFFERS".to_string(),
+                match (band, e.passes(), e.differences.is_empty()) {
+                    (Some(check), ..) => {
+                        let width = check
+                            .reserved
+                            .iter()
+                            .filter_map(|&(l, _, h)| Some(h? - l?))
+                            .max()
+                            .unwrap_or(0);
+                        let inside = check.holds() && e.passes_except(&["reserved".into()]);
+                        format!(
+                            "{} its schedules' band ({} wide)",
+                            if inside { "in" } else { "OUTSIDE" },
+                            show(width)
+                        )
+                    }
+                    (None, passes, exact) => match (passes, exact) {
+                        (true, true) => "exact".to_string(),
+                        (true, false) => "within the GPU's spread".to_string(),
+                        (false, _) => match known.iter().find(|k| k.run == e.name) {
+                            Some(k) if e.passes_except(&k.figures) => {
+                                format!("known: {} (see {KNOWN_DRY})", k.figures.join(", "))
+                            }
+                            _ => "DIFFERS".to_string(),
+                        },
                     },
                 },
             ]

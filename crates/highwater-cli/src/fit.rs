@@ -41,6 +41,7 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         on_refusal: OnRefusal::Refuse,
         log_every: a.log_every.unwrap_or(a.steps),
         tie_break: dryrun::TieBreak::First,
+        schedule: dryrun::Schedule::default(),
     };
     // No atlas (a folder that is not there) is an empty one: every problem is then decided by
     // the miss policy, and banded.
@@ -59,8 +60,14 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         show(plan.capacity),
         a.steps
     );
-    let band =
-        |m: &Model| quietly(|| dry_band(&plan, &atlas, |p, dir| m.dry_run(p, card.clone(), dir)));
+    let schedules = situ::band::schedules(backend);
+    let band = |m: &Model| {
+        quietly(|| {
+            dry_band(&plan, &atlas, schedules, |p, dir| {
+                m.dry_run(p, card.clone(), dir)
+            })
+        })
+    };
     if a.largest_batch {
         // At the prediction, and at the band's top: the batch that fits whatever the GPU picks.
         // Both searches try mostly the same batches: each batch's band is run once.
@@ -96,7 +103,11 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
     } else {
         let band = band(&model)?;
         // The first run on the card, which autotunes as it trains.
-        let cold = quietly(|| cold_band(&plan, |p, dir| model.dry_run(p, card.clone(), dir)))?;
+        let cold = quietly(|| {
+            cold_band(&plan, schedules, |p, dir| {
+                model.dry_run(p, card.clone(), dir)
+            })
+        })?;
         let outcome = &band.predicted;
         let report = outcome.report(&origin, &plan);
         if a.json {
@@ -108,6 +119,8 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
             json["decided_by_miss_policy"] = band.decided.len().into();
             json["cold_reserved_least"] = edge(first.iter().map(|r| r.0).collect())?;
             json["cold_reserved_most"] = edge(first.iter().map(|r| r.1).collect())?;
+            json["reserved_band_width"] = band.width().into();
+            json["schedules_explored"] = schedules.iter().map(|s| s.to_string()).collect();
             println!("{json}");
         } else {
             println!("{header} | batch {}", model.batch());
@@ -117,6 +130,9 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
             println!("{}", verdict(outcome, &report));
             println!("{}", cold_verdict(&cold));
             if let Some(line) = decided(&band) {
+                println!("{line}");
+            }
+            if let Some(line) = explored(&band, schedules) {
                 println!("{line}");
             }
         }
@@ -135,7 +151,7 @@ impl Bound {
     fn of(self, band: Band) -> DryOutcome {
         match self {
             Bound::Predicted => band.predicted,
-            Bound::Most => band.most.unwrap_or(band.predicted),
+            Bound::Most => band.top(),
         }
     }
 }
@@ -159,6 +175,18 @@ fn decided(band: &Band) -> Option<String> {
              banded by every such problem on its leanest and on its hungriest kernel",
             band.decided.len(),
             counts.join(", ")
+        )
+    })
+}
+
+/// What burn-fusion's schedules add to the band, where they were explored.
+fn explored(band: &Band, schedules: &[dryrun::Schedule]) -> Option<String> {
+    let (first, others) = schedules.split_first()?;
+    (!others.is_empty()).then(|| {
+        format!(
+            "burn-fusion: `reserved` is banded over {} schedules of its work against the training              thread's (the prediction at {first}; see `dryrun::schedule`): at most {} wide",
+            schedules.len(),
+            show(band.width())
         )
     })
 }
@@ -200,10 +228,10 @@ fn steps_table(r: &RunReport, band: &Band, cold: &ColdBand) -> String {
     let outcome = &band.predicted;
     let reserved = band.reserved();
     let range = |i: usize| match reserved.get(i) {
-        Some((Some(l), _, Some(h))) if band.least.is_some() => {
+        Some((Some(l), _, Some(h))) if band.is_banded() => {
             format!("{} … {}", show(*l), show(*h))
         }
-        Some((_, _, None)) if band.least.is_some() => "(died)".into(),
+        Some((_, _, None)) if band.is_banded() => "(died)".into(),
         _ => "exact".into(),
     };
     let cold = cold.reserved();
@@ -247,7 +275,8 @@ fn steps_table(r: &RunReport, band: &Band, cold: &ColdBand) -> String {
 /// problem on the step's real inputs, in the same pool.
 fn cold_verdict(cold: &ColdBand) -> String {
     let died = [&cold.least, &cold.most]
-        .iter()
+        .into_iter()
+        .chain(cold.explored.iter().map(|(_, o)| o))
         .filter_map(|o| o.died.as_ref().map(|d| d.step))
         .min();
     let reserved = cold.reserved();

@@ -521,8 +521,8 @@ fn conform_dry_replays_every_recorded_gpu_run_to_the_byte() {
         assert_eq!(run["passes"], true, "{run}");
         assert_eq!(run["gpu_runs"], 3, "each run and its two repeats: {run}");
         if run["name"] == "decoder-decoder-fusion-none-b16" {
-            // Known (conform-dry-known.toml): its bytes reserved vary from replay to replay; the
-            // live bytes may not differ.
+            // burn-fusion: bytes reserved held to the band of its schedules (`passes`), not to
+            // the prediction's; the live bytes may not differ.
             let differences = run["differences"].as_array().unwrap();
             assert!(
                 differences.iter().all(|d| d["figure"] == "reserved"),

@@ -52,6 +52,7 @@ fn main() {
                     on_refusal: OnRefusal::Refuse,
                     log_every: 10,
                     tie_break: dryrun::TieBreak::First,
+                    schedule: dryrun::Schedule::default(),
                 };
                 let t = Instant::now();
                 let out = dry_run(&recipe, &plan, card.clone(), Some(&autotune)).unwrap();
@@ -96,15 +97,19 @@ fn vit_band(root: &Path, h200: &Arc<CardProfile>) {
         on_refusal: OnRefusal::Refuse,
         log_every: 5,
         tie_break: dryrun::TieBreak::First,
+        schedule: dryrun::Schedule::default(),
     };
     let t = Instant::now();
-    let band = situ::band::dry_band(&plan, &atlas, |p, dir| {
+    let schedules = situ::band::schedules(vit.backend);
+    let band = situ::band::dry_band(&plan, &atlas, schedules, |p, dir| {
         dry_network(&vit, p, h200.clone(), dir)
     })
     .unwrap();
     // What `fit` runs besides: the first run, from an empty cache, at both extremes.
-    let cold =
-        situ::band::cold_band(&plan, |p, dir| dry_network(&vit, p, h200.clone(), dir)).unwrap();
+    let cold = situ::band::cold_band(&plan, schedules, |p, dir| {
+        dry_network(&vit, p, h200.clone(), dir)
+    })
+    .unwrap();
     let last = band.reserved().last().copied().unwrap();
     let first = cold.reserved().first().copied().unwrap();
     println!(
@@ -141,6 +146,7 @@ fn decoder(root: &Path, h200: &Arc<CardProfile>, autotune: &Path) {
             on_refusal: OnRefusal::Refuse,
             log_every: 5,
             tie_break: dryrun::TieBreak::First,
+            schedule: dryrun::Schedule::default(),
         };
         let out = dry_network(&d, &plan, h200.clone(), Some(autotune)).unwrap();
         let mut ms: Vec<f64> = out.steps.iter().skip(2).map(|s| s.step_ms).collect();

@@ -15,19 +15,34 @@
 //!
 //! A choice can bring problems of its own (a kernel that calls another tuned kernel); each run
 //! settles those the same way and runs again, at most [`ROUNDS`] times.
+//!
+//! On burn-fusion a run's pages also depend on where burn-fusion's work meets the training
+//! thread's (`dryrun::schedule`): every choice is run again at each schedule the band explores
+//! ([`schedules`]), and the band's edges are the least and the most of all those runs. The same
+//! input gives the same band on any host.
 
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
 use dryrun::atlas::{Candidate, Entry, Prediction};
-use dryrun::{Atlas, AutotuneError, CardProfile, TieBreak};
+use dryrun::{Atlas, AutotuneError, CardProfile, Schedule, TieBreak};
 use highwater::conform::{Exactness, MeasuredStep, NetworkRecord, exactness};
+use highwater::recipe::Backend;
 
 use crate::dry::{DryOutcome, DryPlan, ReplayError, dry_network, network_plan_for};
 
 /// Runs per choice, at most: the first, and reruns for problems a choice brought.
 pub const ROUNDS: usize = 3;
+
+/// The schedules a band explores on `backend`, the prediction's first: on burn-fusion
+/// [`Schedule::EXPLORED`], on CubeBackend the one there is (no second thread).
+pub fn schedules(backend: Backend) -> &'static [Schedule] {
+    match backend {
+        Backend::Fusion => &Schedule::EXPLORED,
+        Backend::Cube => &[Schedule::IN_ORDER],
+    }
+}
 
 /// How one problem the atlas lacked was settled.
 #[derive(Debug, Clone)]
@@ -56,6 +71,9 @@ pub struct Band {
     pub most: Option<DryOutcome>,
     /// How each missed problem was settled, in the order the run met them.
     pub decided: Vec<Decision>,
+    /// Every choice's run again at each other schedule the band explored (none on
+    /// CubeBackend), with its schedule.
+    pub explored: Vec<(Schedule, DryOutcome)>,
 }
 
 /// How the miss policy's picks compare with the GPU's, where the GPU's are known (`gpu`: the
@@ -109,12 +127,58 @@ impl Band {
             .map(|i| {
                 let x = self.predicted.steps[i].reserved;
                 let (least, most) = (at(&self.least, i), at(&self.most, i));
+                let explored = self.explored.iter().map(|(_, o)| o.steps.get(i));
                 match (least, most) {
-                    (Some(l), Some(h)) => (Some(l.min(h).min(x)), x, Some(l.max(h).max(x))),
+                    (Some(l), Some(h)) => {
+                        let seen = explored.clone().flatten().map(|s| s.reserved);
+                        let low = seen.clone().fold(l.min(h).min(x), u64::min);
+                        // A run that died before this step needed more: the top is open.
+                        let high = seen.fold(l.max(h).max(x), u64::max);
+                        let died = explored.clone().any(|s| s.is_none());
+                        (Some(low), x, (!died).then_some(high))
+                    }
                     _ => (least, x, most),
                 }
             })
             .collect()
+    }
+
+    /// The band has edges apart from the prediction: the atlas lacked problems, or burn-fusion's
+    /// schedules were explored.
+    pub fn is_banded(&self) -> bool {
+        self.least.is_some() || !self.explored.is_empty()
+    }
+
+    /// The run at the band's top: the first to die (the earliest step), else the one that
+    /// reserved the most at any step's end. What a batch that must fit whatever happens is
+    /// searched against.
+    pub fn top(self) -> DryOutcome {
+        let died = |o: &DryOutcome| o.died.as_ref().map_or(u64::MAX, |d| d.step);
+        let most = |o: &DryOutcome| o.steps.iter().map(|s| s.reserved).max().unwrap_or(0);
+        std::iter::once(self.predicted)
+            .chain(self.least)
+            .chain(self.most)
+            .chain(self.explored.into_iter().map(|(_, o)| o))
+            .min_by_key(|o| (died(o), std::cmp::Reverse(most(o))))
+            .expect("the prediction at least")
+    }
+
+    /// Every run the band made: the prediction, the least and the most, and the explored.
+    fn runs(&self) -> impl Iterator<Item = &DryOutcome> + Clone {
+        std::iter::once(&self.predicted)
+            .chain(self.least.iter())
+            .chain(self.most.iter())
+            .chain(self.explored.iter().map(|(_, o)| o))
+    }
+
+    /// The widest the band is at any step (most less least), over the steps where both edges
+    /// are known: what the choices the atlas could not settle and the schedules together span.
+    pub fn width(&self) -> u64 {
+        self.reserved()
+            .iter()
+            .filter_map(|&(l, _, h)| Some(h? - l?))
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -140,6 +204,8 @@ pub struct BandCheck {
     pub reserved_tolerance: u64,
     /// Problems the atlas lacked.
     pub decided: usize,
+    /// Per step: the band's least, the prediction and the most bytes reserved ([`Band::reserved`]).
+    pub reserved: Vec<(Option<u64>, u64, Option<u64>)>,
 }
 
 impl BandCheck {
@@ -170,7 +236,7 @@ pub fn replay_band(
     atlas: &Atlas,
 ) -> Result<(Band, BandCheck), ReplayError> {
     let (network, plan) = network_plan_for(record, &card)?;
-    let band = dry_band(&plan, atlas, |p, dir| {
+    let band = dry_band(&plan, atlas, schedules(record.backend), |p, dir| {
         dry_network(&network, p, card.clone(), dir)
     })?;
     let in_use = exactness(
@@ -193,6 +259,7 @@ pub fn replay_band(
         .collect();
     let in_use_outside = in_use_outside(&band, &runs, spread);
     let decided = band.decided.len();
+    let reserved = band.reserved();
     Ok((
         band,
         BandCheck {
@@ -201,6 +268,7 @@ pub fn replay_band(
             reserved_outside,
             reserved_tolerance: tolerance,
             decided,
+            reserved,
         },
     ))
 }
@@ -212,10 +280,7 @@ fn in_use_outside(
     runs: &[&NetworkRecord],
     spread: u64,
 ) -> Vec<(u64, &'static str, u64, u64, u64)> {
-    let dry: Vec<&DryOutcome> = std::iter::once(&band.predicted)
-        .chain(band.least.iter())
-        .chain(band.most.iter())
-        .collect();
+    let dry: Vec<&DryOutcome> = band.runs().collect();
     type Figure = fn(&MeasuredStep) -> u64;
     let figures: [(&'static str, Figure); 2] = [
         ("in_use_after_forward", |s| s.in_use_after_forward),
@@ -270,29 +335,45 @@ fn outside(
 }
 
 /// Trains a model dry with `run` (a plan, the cache folder it starts from) and bands its figures
-/// over the choices the atlas could not settle. `plan`'s tie-break is replaced per run.
+/// over the choices the atlas could not settle and over `schedules` (the first is the
+/// prediction's: [`schedules`]). `plan`'s tie-break and schedule are replaced per run.
 pub fn dry_band(
     plan: &DryPlan,
     atlas: &Atlas,
+    schedules: &[Schedule],
     mut run: impl FnMut(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError>,
 ) -> Result<Band, AutotuneError> {
     let scratch = Scratch::new()?;
-    let with = |tie_break| DryPlan {
+    let (first_schedule, others) = schedules
+        .split_first()
+        .unwrap_or((&Schedule::IN_ORDER, &[]));
+    let with = |tie_break, schedule| DryPlan {
         tie_break,
+        schedule,
         ..plan.clone()
     };
     let discovery = scratch.write("atlas", atlas)?;
-    let first = run(&with(TieBreak::LeastMemory), Some(&discovery))?;
+    let first = run(
+        &with(TieBreak::LeastMemory, *first_schedule),
+        Some(&discovery),
+    )?;
     if first.autotune_misses.is_empty() {
+        // Every problem settled: the prediction is exact but for the schedule.
+        let explored = others
+            .iter()
+            .map(|&s| Ok((s, run(&with(TieBreak::LeastMemory, s), Some(&discovery))?)))
+            .collect::<Result<_, AutotuneError>>()?;
         return Ok(Band {
             predicted: first,
             least: None,
             most: None,
             decided: vec![],
+            explored,
         });
     }
     let mut decided: Vec<Decision> = Vec::new();
     let mut outcomes = Vec::new();
+    let mut explored = Vec::new();
     for (choice, tie_break) in [
         (Choice::Predicted, TieBreak::LeastMemory),
         (Choice::Least, TieBreak::LeastMemory),
@@ -303,6 +384,7 @@ pub fn dry_band(
         let (mut misses, mut timed_by) = (first.autotune_misses.clone(), TieBreak::LeastMemory);
         let mut settled: Vec<Entry> = Vec::new();
         let mut outcome = None;
+        let mut cache = discovery.clone();
         for round in 0..ROUNDS {
             for miss in &misses {
                 let decision = decide(atlas, miss, timed_by);
@@ -311,9 +393,8 @@ pub fn dry_band(
                     decided.push(decision);
                 }
             }
-            let cache =
-                scratch.write(&format!("{choice:?}-{round}"), &atlas.with(settled.clone()))?;
-            let o = run(&with(tie_break), Some(&cache))?;
+            cache = scratch.write(&format!("{choice:?}-{round}"), &atlas.with(settled.clone()))?;
+            let o = run(&with(tie_break, *first_schedule), Some(&cache))?;
             (misses, timed_by) = (o.autotune_misses.clone(), tie_break);
             outcome = Some(o);
             if misses.is_empty() {
@@ -321,6 +402,10 @@ pub fn dry_band(
             }
         }
         outcomes.push(outcome.expect("at least one round"));
+        // The same choices, met at every other schedule.
+        for &s in others {
+            explored.push((s, run(&with(tie_break, s), Some(&cache))?));
+        }
     }
     let [predicted, least, most] = <[DryOutcome; 3]>::try_from(outcomes).expect("three choices");
     Ok(Band {
@@ -328,6 +413,7 @@ pub fn dry_band(
         least: Some(least),
         most: Some(most),
         decided,
+        explored,
     })
 }
 
@@ -343,42 +429,66 @@ pub struct ColdBand {
     pub least: DryOutcome,
     /// Every problem settled on its hungriest candidate.
     pub most: DryOutcome,
+    /// Both again at each other schedule explored (none on CubeBackend), with its schedule.
+    pub explored: Vec<(Schedule, DryOutcome)>,
 }
 
 impl ColdBand {
-    /// Per step: the least and the most bytes reserved at its end over the two runs (a run that
-    /// died earlier stops its side).
+    /// Per step: the least and the most bytes reserved at its end over the runs (a run that
+    /// died earlier opens its side: the least's the bottom, any other's the top).
     pub fn reserved(&self) -> Vec<(Option<u64>, Option<u64>)> {
         let n = self.least.steps.len().max(self.most.steps.len());
         let at = |o: &DryOutcome, i: usize| o.steps.get(i).map(|s| s.reserved);
         (0..n)
             .map(|i| match (at(&self.least, i), at(&self.most, i)) {
-                (Some(l), Some(h)) => (Some(l.min(h)), Some(l.max(h))),
+                (Some(l), Some(h)) => {
+                    let explored = self.explored.iter().map(|(_, o)| at(o, i));
+                    let seen = explored.clone().flatten();
+                    let low = seen.clone().fold(l.min(h), u64::min);
+                    let high = seen.fold(l.max(h), u64::max);
+                    let died = explored.clone().any(|r| r.is_none());
+                    (Some(low), (!died).then_some(high))
+                }
                 other => other,
             })
             .collect()
     }
 }
 
-/// Trains a model dry from an empty autotune cache with `run`, once per extreme: [`ColdBand`].
+/// Trains a model dry from an empty autotune cache with `run`, once per extreme and schedule
+/// (the first schedule's are [`ColdBand::least`] and [`ColdBand::most`]): [`ColdBand`].
 pub fn cold_band(
     plan: &DryPlan,
+    schedules: &[Schedule],
     mut run: impl FnMut(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError>,
 ) -> Result<ColdBand, AutotuneError> {
     let scratch = Scratch::new()?;
-    let mut one = |tie_break| {
-        let empty = scratch.write(&format!("{tie_break:?}"), &Atlas::default())?;
+    let mut one = |tie_break, schedule: Schedule| {
+        let empty = scratch.write(
+            &format!("{tie_break:?}-{}-{}", schedule.lag, schedule.modes_overtake),
+            &Atlas::default(),
+        )?;
         run(
             &DryPlan {
                 tie_break,
+                schedule,
                 ..plan.clone()
             },
             Some(&empty),
         )
     };
+    let (&first, others) = schedules
+        .split_first()
+        .unwrap_or((&Schedule::IN_ORDER, &[]));
+    let mut explored = Vec::new();
+    for &s in others {
+        explored.push((s, one(TieBreak::LeastMemory, s)?));
+        explored.push((s, one(TieBreak::MostMemory, s)?));
+    }
     Ok(ColdBand {
-        least: one(TieBreak::LeastMemory)?,
-        most: one(TieBreak::MostMemory)?,
+        least: one(TieBreak::LeastMemory, first)?,
+        most: one(TieBreak::MostMemory, first)?,
+        explored,
     })
 }
 
@@ -392,7 +502,9 @@ pub fn replay_cold(
     card: Arc<CardProfile>,
 ) -> Result<(ColdBand, Vec<Outside>), ReplayError> {
     let (network, plan) = network_plan_for(record, &card)?;
-    let band = cold_band(&plan, |p, dir| dry_network(&network, p, card.clone(), dir))?;
+    let band = cold_band(&plan, schedules(record.backend), |p, dir| {
+        dry_network(&network, p, card.clone(), dir)
+    })?;
     let outside = band
         .reserved()
         .iter()

@@ -59,6 +59,9 @@ pub struct HeldOut {
     /// Models only: predicted from the atlas less every problem its own first run tuned, do the
     /// GPU's warm runs and its first run lie in the band ([`crate::part1::will_it_fit::FromAtlas`])?
     pub in_band: Option<bool>,
+    /// burn-fusion only: bytes reserved are held to the band of its schedules
+    /// (`situ::band::schedules`), at most this wide; `reserved` counts the steps outside it.
+    pub schedules_band: Option<u64>,
 }
 
 /// Figures compared, and how many of them lie further from the GPU than its runs from each other.
@@ -109,11 +112,30 @@ impl HeldOut {
             },
             reserved_largest,
             in_band,
+            schedules_band: None,
         }
     }
 
-    /// Recorded on burn-fusion, whose bytes reserved host timing decides (CubeCL's persistent
-    /// pool; `repro/results/conform-dry-known.toml`).
+    /// A burn-fusion replay: bytes in use held as [`HeldOut::of`] holds them (the prediction's),
+    /// bytes reserved to the band of its schedules: steps with a GPU run outside it are off.
+    pub fn banded(check: &situ::band::BandCheck, page: u64) -> HeldOut {
+        let mut held = HeldOut::of(&check.in_use, page, None);
+        let mut outside: Vec<u64> = check.reserved_outside.iter().map(|o| o.0).collect();
+        outside.dedup();
+        held.reserved.off = outside.len();
+        held.reserved_largest = 0;
+        held.schedules_band = Some(
+            check
+                .reserved
+                .iter()
+                .filter_map(|&(l, _, h)| Some(h? - l?))
+                .max()
+                .unwrap_or(0),
+        );
+        held
+    }
+
+    /// Recorded on burn-fusion.
     pub fn on_fusion(&self) -> bool {
         self.name.split('-').any(|part| part == "fusion")
     }
@@ -144,6 +166,13 @@ impl Book {
         let mut checks = Vec::new();
         let mut replay = |dir: &str, name: &str, cache: std::path::PathBuf, band: bool| {
             let (record, repeats) = self.with_repeats_in::<NetworkRecord>(dir, name)?;
+            let page = situ::band::reserved_tolerance(&card, 0);
+            if record.backend == highwater::Backend::Fusion {
+                let atlas = dryrun::Atlas::read(&cache)?;
+                let (_, check) = situ::band::replay_band(&record, &repeats, card.clone(), &atlas)?;
+                checks.push(HeldOut::banded(&check, page));
+                return Ok(());
+            }
             let (_, e) = situ::dry::replay_network(&record, &repeats, card.clone(), Some(&cache))?;
             let in_band = if band {
                 let p = self.from_atlas(name)?;
@@ -151,7 +180,6 @@ impl Book {
             } else {
                 None
             };
-            let page = situ::band::reserved_tolerance(&card, 0);
             checks.push(HeldOut::of(&e, page, in_band));
             Ok::<_, CellError>(())
         };

@@ -22,6 +22,9 @@ pub struct DryPlan {
     pub log_every: u64,
     /// How a problem the autotune cache lacks is settled on the dry device.
     pub tie_break: TieBreak,
+    /// Where burn-fusion's work meets the training thread's pool-mode switches and the
+    /// server's releases (the default, no lag, on CubeBackend: there is no second thread).
+    pub schedule: dryrun::Schedule,
 }
 
 /// A page the card refused, placed in the run.

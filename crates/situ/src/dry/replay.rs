@@ -64,6 +64,7 @@ fn recorded_plan(
         on_refusal: OnRefusal::Refuse,
         log_every,
         tie_break: TieBreak::First,
+        schedule: dryrun::Schedule::default(),
     }
 }
 

@@ -83,13 +83,16 @@ where
     R: cubecl::Runtime<Device = DryDevice>,
     S: TrainingStep<B>,
 {
-    let device = DryDevice::new(
+    let device = DryDevice::scheduled(
         card,
         plan.capacity,
         plan.on_refusal,
         autotune,
         plan.tie_break,
+        plan.schedule,
     )?;
+    // The server's client before burn's: burn-fusion shares its runner and could not start it.
+    R::client(&device);
     let memory = device.memory();
     let probe = DryProbe::<B, R>::new(device.clone());
     let mut peak_in_use = Vec::new();
@@ -277,6 +280,7 @@ mod tests {
             on_refusal,
             log_every: 3,
             tie_break: TieBreak::First,
+            schedule: dryrun::Schedule::default(),
         };
         (recipe, plan, Arc::new(card))
     }

@@ -66,8 +66,11 @@ impl Job {
             on_refusal,
             log_every: Self::STEPS,
             tie_break: TieBreak::First,
+            schedule: dryrun::Schedule::default(),
         };
-        let band = dry_band(&plan, &self.atlas, |p, dir| {
+        // The prediction alone: its schedule is the first.
+        let prediction = &situ::band::schedules(network.backend)[..1];
+        let band = dry_band(&plan, &self.atlas, prediction, |p, dir| {
             dry_network(network, p, self.card.clone(), dir)
         })?;
         Ok(band.predicted)
