@@ -53,17 +53,19 @@ impl Schedule {
 
     /// The schedules a burn-fusion band explores, the prediction's first: the server with no lag
     /// (burn-fusion's work in the training thread's order), and burn-fusion behind the training
-    /// thread by 2 to 128 commands (four of burn-fusion's batches of 32). Each moves which
-    /// parameters' sizes CubeCL's persistent pool takes; a server that runs behind with the mode
-    /// switches in turn moved no page on any record (measured up to 256 commands).
-    pub const EXPLORED: [Schedule; 8] = [
+    /// thread by 2, 32 and 128 commands (128: four of burn-fusion's batches of 32). Each moves
+    /// which parameters' sizes CubeCL's persistent pool takes, and the outcome is chaotic in the
+    /// depth (the decoder's record lands hundreds of megabytes apart at neighbouring depths, on
+    /// either side of the GPU), so the band samples the range rather than each depth. Together
+    /// they hold every GPU run of the decoder's, the MLP's and the LSTM's records
+    /// (`conform_fusion_bands_hold_every_gpu_run_the_same_on_any_host` in highwater-cli's
+    /// tests). A server that runs behind with the mode switches in turn (releases seen later,
+    /// windows where they were) moved no page on any record, up to 256 commands.
+    pub const EXPLORED: [Schedule; 5] = [
         Schedule::PREDICTED,
         Schedule::IN_ORDER,
         Schedule::at(2, true),
-        Schedule::at(4, true),
-        Schedule::at(16, true),
         Schedule::at(32, true),
-        Schedule::at(64, true),
         Schedule::at(128, true),
     ];
 

@@ -341,7 +341,7 @@ pub fn dry_band(
     plan: &DryPlan,
     atlas: &Atlas,
     schedules: &[Schedule],
-    mut run: impl FnMut(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError>,
+    run: impl Fn(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError> + Sync,
 ) -> Result<Band, AutotuneError> {
     let scratch = Scratch::new()?;
     let (first_schedule, others) = schedules
@@ -359,10 +359,11 @@ pub fn dry_band(
     )?;
     if first.autotune_misses.is_empty() {
         // Every problem settled: the prediction is exact but for the schedule.
-        let explored = others
+        let jobs = others
             .iter()
-            .map(|&s| Ok((s, run(&with(TieBreak::LeastMemory, s), Some(&discovery))?)))
-            .collect::<Result<_, AutotuneError>>()?;
+            .map(|&s| (s, with(TieBreak::LeastMemory, s), discovery.clone()))
+            .collect();
+        let explored = in_parallel(jobs, &run)?;
         return Ok(Band {
             predicted: first,
             least: None,
@@ -373,7 +374,7 @@ pub fn dry_band(
     }
     let mut decided: Vec<Decision> = Vec::new();
     let mut outcomes = Vec::new();
-    let mut explored = Vec::new();
+    let mut jobs = Vec::new();
     for (choice, tie_break) in [
         (Choice::Predicted, TieBreak::LeastMemory),
         (Choice::Least, TieBreak::LeastMemory),
@@ -403,10 +404,13 @@ pub fn dry_band(
         }
         outcomes.push(outcome.expect("at least one round"));
         // The same choices, met at every other schedule.
-        for &s in others {
-            explored.push((s, run(&with(tie_break, s), Some(&cache))?));
-        }
+        jobs.extend(
+            others
+                .iter()
+                .map(|&s| (s, with(tie_break, s), cache.clone())),
+        );
     }
+    let explored = in_parallel(jobs, &run)?;
     let [predicted, least, most] = <[DryOutcome; 3]>::try_from(outcomes).expect("three choices");
     Ok(Band {
         predicted,
@@ -460,35 +464,64 @@ impl ColdBand {
 pub fn cold_band(
     plan: &DryPlan,
     schedules: &[Schedule],
-    mut run: impl FnMut(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError>,
+    run: impl Fn(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError> + Sync,
 ) -> Result<ColdBand, AutotuneError> {
     let scratch = Scratch::new()?;
-    let mut one = |tie_break, schedule: Schedule| {
-        let empty = scratch.write(
-            &format!("{tie_break:?}-{}-{}", schedule.lag, schedule.modes_overtake),
-            &Atlas::default(),
-        )?;
-        run(
-            &DryPlan {
+    let empty = scratch.write("empty", &Atlas::default())?;
+    let first = schedules.first().copied().unwrap_or(Schedule::IN_ORDER);
+    // Both extremes at the first schedule, then at every other; each device copies the (empty)
+    // cache it starts from, so the runs share the folder.
+    let mut jobs = Vec::new();
+    for &schedule in std::iter::once(&first).chain(schedules.iter().skip(1)) {
+        for tie_break in [TieBreak::LeastMemory, TieBreak::MostMemory] {
+            let plan = DryPlan {
                 tie_break,
                 schedule,
                 ..plan.clone()
-            },
-            Some(&empty),
-        )
-    };
-    let (&first, others) = schedules
-        .split_first()
-        .unwrap_or((&Schedule::IN_ORDER, &[]));
-    let mut explored = Vec::new();
-    for &s in others {
-        explored.push((s, one(TieBreak::LeastMemory, s)?));
-        explored.push((s, one(TieBreak::MostMemory, s)?));
+            };
+            jobs.push((schedule, plan, empty.clone()));
+        }
     }
+    let mut runs = in_parallel(jobs, &run)?.into_iter().map(|(_, o)| o);
+    let (least, most) = (runs.next(), runs.next());
+    let explored = schedules
+        .iter()
+        .skip(1)
+        .flat_map(|&s| [s, s])
+        .zip(runs)
+        .collect();
     Ok(ColdBand {
-        least: one(TieBreak::LeastMemory, first)?,
-        most: one(TieBreak::MostMemory, first)?,
+        least: least.expect("the first schedule's least"),
+        most: most.expect("the first schedule's most"),
         explored,
+    })
+}
+
+/// Runs every job (a schedule, its plan, the cache folder it starts from) with `run`, as many at
+/// once as the host has cores, each on a dry device of its own: the outcomes in the jobs' order,
+/// whatever order they finish in.
+fn in_parallel(
+    jobs: Vec<(Schedule, DryPlan, PathBuf)>,
+    run: &(impl Fn(&DryPlan, Option<&Path>) -> Result<DryOutcome, AutotuneError> + Sync),
+) -> Result<Vec<(Schedule, DryOutcome)>, AutotuneError> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = jobs.len().div_ceil(workers).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|(s, plan, dir)| Ok((*s, run(plan, Some(dir))?)))
+                        .collect::<Result<Vec<_>, AutotuneError>>()
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(jobs.len());
+        for h in handles {
+            out.extend(h.join().expect("a dry run's thread panicked")?);
+        }
+        Ok(out)
     })
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use burn::backend::Autodiff;
-use cell_output::{CellError, Figure, Html, Table};
+use cell_output::{CellError, Figure, Table};
 use dryrun::{CardProfile, OnRefusal, TieBreak};
 use highwater::RunReport;
 use highwater::conform::{MeasuredStep, NetworkRecord};

@@ -46,6 +46,24 @@ fn fit_mlp_on_a_1gib_card() {
     assert!(out.contains("\nfits: at most "), "{out}");
 }
 
+/// On burn-fusion `reserved` is a band even with every kernel in the atlas: the schedules its
+/// thread can meet the training thread in (`dryrun::schedule`), explored the same way on every
+/// host, with the width `fit` reports.
+#[test]
+fn fit_mlp_on_fusion_is_banded_by_its_schedules() {
+    let out = fit_snapshot(
+        "fit-mlp-fusion-1gib",
+        "mlp",
+        "1GiB",
+        &["--backend", "fusion"],
+    );
+    assert!(
+        out.contains("\nburn-fusion: `reserved` is banded over 5 schedules"),
+        "{out}"
+    );
+    assert!(!out.contains(" exact "), "a band on every step: {out}");
+}
+
 #[test]
 fn fit_resnet_on_a_2gib_card() {
     let out = fit_snapshot("fit-resnet-2gib", "resnet", "2GiB", &[]);
