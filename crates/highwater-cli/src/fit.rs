@@ -184,7 +184,8 @@ fn explored(band: &Band, schedules: &[dryrun::Schedule]) -> Option<String> {
     let (first, others) = schedules.split_first()?;
     (!others.is_empty()).then(|| {
         format!(
-            "burn-fusion: `reserved` is banded over {} schedules of its work against the training              thread's (the prediction at {first}; see `dryrun::schedule`): at most {} wide",
+            "burn-fusion: `reserved` is banded over {} schedules of its work against the training \
+             thread's (the prediction at {first}; see `dryrun::schedule`): at most {} wide",
             schedules.len(),
             show(band.width())
         )
