@@ -10,12 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub(crate) fn quiet_device_threads() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let on_device = std::thread::current().name().is_some_and(|n| {
-            ["DSD-", "DSU-", "dry-run-"]
-                .iter()
-                .any(|p| n.starts_with(p))
-        });
-        if !on_device && !IN_DRY_RUN.with(|d| d.get()) {
+        let on_device = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("DSD-") || n.starts_with("DSU-"));
+        if !on_device && IN_DRY_RUN.load(Ordering::Relaxed) == 0 {
             default(info);
         }
     }));
