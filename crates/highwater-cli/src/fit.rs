@@ -111,33 +111,55 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         let outcome = &band.predicted;
         let report = outcome.report(&origin, &plan);
         if a.json {
-            let mut json = serde_json::to_value(&report)?;
-            let (warm, first) = (band.reserved(), cold.reserved());
-            let edge = |of: Vec<Option<u64>>| serde_json::to_value(of);
-            json["reserved_least"] = edge(warm.iter().map(|r| r.0).collect())?;
-            json["reserved_most"] = edge(warm.iter().map(|r| r.2).collect())?;
-            json["decided_by_miss_policy"] = band.decided.len().into();
-            json["cold_reserved_least"] = edge(first.iter().map(|r| r.0).collect())?;
-            json["cold_reserved_most"] = edge(first.iter().map(|r| r.1).collect())?;
-            json["reserved_band_width"] = band.width().into();
-            json["schedules_explored"] = schedules.iter().map(|s| s.to_string()).collect();
-            println!("{json}");
+            println!("{}", json(&report, &band, &cold, schedules)?);
         } else {
             println!("{header} | batch {}", model.batch());
-            if !report.reserved.is_empty() {
-                println!("{}", steps_table(&report, &band, &cold));
-            }
-            println!("{}", verdict(outcome, &report));
-            println!("{}", cold_verdict(&cold));
-            if let Some(line) = decided(&band) {
-                println!("{line}");
-            }
-            if let Some(line) = explored(&band, schedules) {
+            for line in text_answer(&report, &band, &cold, schedules) {
                 println!("{line}");
             }
         }
     }
     Ok(())
+}
+
+/// `fit`'s answer as text, line by line: the steps' table, the verdicts warm and cold, and what
+/// the band was explored over.
+fn text_answer(
+    report: &RunReport,
+    band: &Band,
+    cold: &ColdBand,
+    schedules: &[dryrun::Schedule],
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    if !report.reserved.is_empty() {
+        lines.push(steps_table(report, band, cold));
+    }
+    lines.push(verdict(&band.predicted, report));
+    lines.push(cold_verdict(cold));
+    lines.extend(decided(band));
+    lines.extend(explored(band, schedules));
+    lines
+}
+
+/// `fit --json`: the prediction's report, the band's edges per step, warm and cold, its widest
+/// and what it was explored over.
+fn json(
+    report: &RunReport,
+    band: &Band,
+    cold: &ColdBand,
+    schedules: &[dryrun::Schedule],
+) -> Result<serde_json::Value> {
+    let mut json = serde_json::to_value(report)?;
+    let (warm, first) = (band.reserved(), cold.reserved());
+    let edge = |of: Vec<Option<u64>>| serde_json::to_value(of);
+    json["reserved_least"] = edge(warm.iter().map(|r| r.0).collect())?;
+    json["reserved_most"] = edge(warm.iter().map(|r| r.2).collect())?;
+    json["decided_by_miss_policy"] = band.decided.len().into();
+    json["cold_reserved_least"] = edge(first.iter().map(|r| r.0).collect())?;
+    json["cold_reserved_most"] = edge(first.iter().map(|r| r.1).collect())?;
+    json["reserved_band_width"] = band.width().into();
+    json["schedules_explored"] = schedules.iter().map(|s| s.to_string()).collect();
+    Ok(json)
 }
 
 /// Which run of a band a batch search reads.
