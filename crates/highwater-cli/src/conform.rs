@@ -128,6 +128,12 @@ type Replayed = (
     Option<situ::band::BandCheck>,
 );
 
+/// A burn-fusion replay passes: the GPU's bytes reserved inside its schedules' band, every
+/// other figure, the steps and the fate the record's.
+fn in_band(e: &Exactness, check: &situ::band::BandCheck) -> bool {
+    check.holds() && e.passes_except(&["reserved".into()])
+}
+
 /// Every record replayed dry, held to the byte or to the GPU's own spread across repeats; a
 /// burn-fusion network's bytes reserved to the band of its schedules instead
 /// (`situ::band::schedules`). Replays run in parallel, one dry device each.
@@ -141,7 +147,7 @@ fn conform_dry(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     let passes = |(_, e, band): &Replayed| {
         let known = known.iter().find(|k| k.run == e.name);
         match band {
-            Some(check) => check.holds() && e.passes_except(&["reserved".into()]),
+            Some(check) => in_band(e, check),
             None => e.passes() || known.is_some_and(|k| e.passes_except(&k.figures)),
         }
     };
@@ -430,20 +436,11 @@ fn dry_table(results: &[Replayed], known: &[KnownDryDifference]) -> String {
                 format!("{} / {}", fate(e.measured_death), fate(e.predicted_death)),
                 show(outcome.peak_bytes),
                 match (band, e.passes(), e.differences.is_empty()) {
-                    (Some(check), ..) => {
-                        let width = check
-                            .reserved
-                            .iter()
-                            .filter_map(|&(l, _, h)| Some(h? - l?))
-                            .max()
-                            .unwrap_or(0);
-                        let inside = check.holds() && e.passes_except(&["reserved".into()]);
-                        format!(
-                            "{} its schedules' band ({} wide)",
-                            if inside { "in" } else { "OUTSIDE" },
-                            show(width)
-                        )
-                    }
+                    (Some(check), ..) => format!(
+                        "{} its schedules' band ({} wide)",
+                        if in_band(e, check) { "in" } else { "OUTSIDE" },
+                        show(check.width())
+                    ),
                     (None, passes, exact) => match (passes, exact) {
                         (true, true) => "exact".to_string(),
                         (true, false) => "within the GPU's spread".to_string(),

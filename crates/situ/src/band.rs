@@ -174,12 +174,17 @@ impl Band {
     /// The widest the band is at any step (most less least), over the steps where both edges
     /// are known: what the choices the atlas could not settle and the schedules together span.
     pub fn width(&self) -> u64 {
-        self.reserved()
-            .iter()
-            .filter_map(|&(l, _, h)| Some(h? - l?))
-            .max()
-            .unwrap_or(0)
+        widest(&self.reserved())
     }
+}
+
+/// The widest of per-step edges `(least, prediction, most)`, over the steps where both are known.
+fn widest(reserved: &[(Option<u64>, u64, Option<u64>)]) -> u64 {
+    reserved
+        .iter()
+        .filter_map(|&(l, _, h)| Some(h? - l?))
+        .max()
+        .unwrap_or(0)
 }
 
 /// A step whose GPU figure lies outside a band: step, GPU, least, most.
@@ -215,6 +220,19 @@ impl BandCheck {
         self.in_use_outside.is_empty()
             && self.reserved_outside.is_empty()
             && self.in_use.completed.0 == self.in_use.completed.1
+    }
+
+    /// Steps at which some GPU run reserved outside the band ([`BandCheck::reserved_outside`]
+    /// names a step once per run).
+    pub fn steps_outside(&self) -> usize {
+        let steps: std::collections::BTreeSet<u64> =
+            self.reserved_outside.iter().map(|o| o.0).collect();
+        steps.len()
+    }
+
+    /// The band's widest at any step: [`Band::width`].
+    pub fn width(&self) -> u64 {
+        widest(&self.reserved)
     }
 
     /// The prediction's bytes in use are the GPU's, to its spread, at every phase.

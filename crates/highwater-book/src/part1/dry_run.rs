@@ -120,18 +120,9 @@ impl HeldOut {
     /// bytes reserved to the band of its schedules: steps with a GPU run outside it are off.
     pub fn banded(check: &situ::band::BandCheck, page: u64) -> HeldOut {
         let mut held = HeldOut::of(&check.in_use, page, None);
-        let mut outside: Vec<u64> = check.reserved_outside.iter().map(|o| o.0).collect();
-        outside.dedup();
-        held.reserved.off = outside.len();
+        held.reserved.off = check.steps_outside();
         held.reserved_largest = 0;
-        held.schedules_band = Some(
-            check
-                .reserved
-                .iter()
-                .filter_map(|&(l, _, h)| Some(h? - l?))
-                .max()
-                .unwrap_or(0),
-        );
+        held.schedules_band = Some(check.width());
         held
     }
 

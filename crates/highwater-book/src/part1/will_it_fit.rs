@@ -182,7 +182,11 @@ fn decoder_replayed(
             backend.to_string(),
             format!("{} ({} B)", e.gpu_runs, e.gpu_spread),
             format!("{live} of {}", 2 * e.steps_compared()),
-            format!("0 of {} outside its band", e.steps_compared()),
+            format!(
+                "{} of {} outside its band",
+                check.steps_outside(),
+                e.steps_compared()
+            ),
             format!("band {} wide", bytes::show(band.width())),
             format!(
                 "{} / {} … {}",
@@ -282,7 +286,7 @@ pub fn decoder_schedules(book: &Book) -> Result<Table, CellError> {
     Ok(t)
 }
 
-/// `8 commands, mode switches overtaking` for a schedule.
+/// How far a schedule has burn-fusion behind: `8 commands` (mode switches overtaking), `none: …`.
 fn schedule_label(s: dryrun::Schedule) -> String {
     match (s.lag, s.modes_overtake) {
         (0, _) => "none: the training thread's order".into(),
