@@ -1,6 +1,7 @@
 //! Part I's chapters (`src/part-1/`), one module per chapter file.
 
 pub mod allocation_profile;
+pub mod card;
 pub mod checkpointing;
 pub mod dry_run;
 pub mod fix_and_gate;

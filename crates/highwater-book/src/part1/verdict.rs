@@ -1,6 +1,6 @@
 //! *The verdict*'s one account of the death: each question the incident raises, answered by the
 //! source that can answer it (the H200, the dry run, the calibrated simulator, the logs), every
-//! figure read from the repository's records.
+//! figure read from the repository's records or computed here (the arms dry on the card).
 
 use cell_output::Table;
 use highwater::recipe::written_name;
@@ -10,11 +10,14 @@ use highwater::{Backend, Checkpointing, simulate};
 use crate::part1::wall;
 use crate::{Book, BookError, bytes};
 
+pub mod dry;
 pub mod stand_in;
 pub mod surplus;
 
 pub use surplus::surplus_table;
 
+use crate::part1::card::CardFigures;
+use dry::{DryFate, DryOnCard};
 use stand_in::{StandIn, stand_in};
 
 /// The capped H200 reruns of the wave's three arms, by recipe and arm.
@@ -39,8 +42,10 @@ pub struct Account {
     pub survivors_ran: usize,
     /// The H200's memory, which sizes its pages.
     pub gpu_bytes: u64,
-    /// The incident's card's memory.
-    pub card_bytes: u64,
+    /// The incident's card, its cap and the pool's edges.
+    pub card: CardFigures,
+    /// The arms trained dry on the card's own pages.
+    pub dry: DryOnCard,
     /// The sizes whose reservations failed after step 0 in the SiTU logs, each one tensor of the
     /// activation.
     pub failed: Vec<u64>,
@@ -49,12 +54,13 @@ pub struct Account {
     pub wall_deaths: (u64, u64),
     /// The calibrated model's death step per seed of the SiTU recipe (`None`: survived).
     pub modelled: Vec<(u64, Option<u64>)>,
-    /// The death steps the SiTU arm's logs record.
-    pub logged: Vec<u32>,
+    /// The death steps each SiTU log records, by seed, attempt after attempt (none: cut short).
+    pub logged: Vec<(u64, Vec<u32>)>,
 }
 
 impl Account {
-    /// Reads and computes every figure (a few seconds: the SiTU recipe's seeds, simulated).
+    /// Reads and computes every figure (seconds: the SiTU recipe's seeds simulated, four short
+    /// dry runs).
     pub fn of(book: &Book) -> Result<Account, BookError> {
         let refused = |what: &str| BookError::Refused(what.to_string());
         let surplus = book.measured_surplus(Backend::Cube, Checkpointing::None)?;
@@ -111,6 +117,7 @@ impl Account {
             .min()
             .ok_or_else(|| refused("no capped wall death"))?;
         let last = *wall.iter().max().unwrap_or(&first);
+        let card = CardFigures::of(book)?;
         Ok(Account {
             surplus_over_control: surplus.over_control,
             situ: stand_in(&situ, 1 << 20),
@@ -118,7 +125,8 @@ impl Account {
             capped_death: (death.step, death.phase),
             survivors_ran: capped[1].steps.len().min(capped[2].steps.len()),
             gpu_bytes: capped[0].device.total_bytes,
-            card_bytes: situ.card.total_bytes,
+            card,
+            dry: DryOnCard::of(book, &card)?,
             failed,
             wall_deaths: (first, last),
             modelled: situ
@@ -128,65 +136,62 @@ impl Account {
                 .collect(),
             logged: book
                 .incidents()?
-                .iter()
+                .into_iter()
                 .filter(|i| i.arm == "situ")
-                .flat_map(|i| i.died_at.clone())
+                .map(|i| (i.seed, i.died_at))
                 .collect(),
         })
     }
 
     /// The account as the chapter shows it: question, answer, evidence.
     pub fn table(&self) -> Table {
-        let (s, c) = (&self.situ, &self.control);
+        let (s, c, card) = (&self.situ, &self.control, &self.card);
         let (step, phase) = self.capped_death;
         let (first, last) = self.wall_deaths;
-        let list = |items: Vec<String>| items.join(", ");
-        let modelled = list(
-            self.modelled
-                .iter()
-                .map(|(seed, d)| match d {
-                    Some(step) => format!("step {step} (seed {seed})"),
-                    None => format!("none (seed {seed})"),
-                })
-                .collect(),
-        );
-        let logged = list(self.logged.iter().map(u32::to_string).collect());
+        let show = bytes::show;
         let rows = [
             (
                 "Does the tensor path hold more than the control?",
                 format!(
                     "Yes: {} more in use after the forward, per step, on the H200.",
-                    bytes::show(self.surplus_over_control.unsigned_abs())
+                    show(self.surplus_over_control.unsigned_abs())
                 ),
                 "measured",
             ),
             (
                 "Does that alone overflow the incident's card?",
                 format!(
-                    "Unknown: it depends on the rest of the model, which no log sizes. With the \
-                     stand-in fitted to the logs ({}), the arm settles {} under the card's edge \
-                     and the control {}. A stand-in over {} kills the arm in its first steps, \
-                     against the logs; the control fits up to {}.",
-                    bytes::show(s.fitted),
-                    bytes::show(s.capacity - s.settled),
-                    bytes::show(c.capacity - c.settled),
-                    bytes::show(s.fits_up_to),
-                    bytes::show(c.fits_up_to)
+                    "Unknown: it depends on the rest of the model, which no log sizes. With a \
+                     stand-in fitted to the logs ({}), the simulated arm settles {} under the \
+                     pool's edge ({}) and the control {}. A stand-in over {} kills the arm in \
+                     its first steps, against the logs; the control fits up to {}.",
+                    show(s.fitted),
+                    show(s.capacity - s.settled),
+                    show(card.edge),
+                    show(c.capacity - c.settled),
+                    show(s.fits_up_to),
+                    show(c.fits_up_to)
                 ),
-                "simulated",
+                "simulated, fitted",
             ),
             (
                 "Does it fit a card capped to what the incident's left?",
                 format!(
-                    "No: on the capped H200 the tensor path dies in step {step} ({}); the control \
-                     and the fused kernel run all {} steps. The H200's pages are sized for its \
-                     {}, larger than a {} card's.",
+                    "No: on the capped H200 (its edge {}) the tensor path dies in step {step} \
+                     ({}); the control and the fused kernel run all {} steps. The H200's pages \
+                     are sized for its {}, larger than a {} card's.",
+                    show(card.capped_edge),
                     written_name(&phase),
                     self.survivors_ran,
-                    bytes::show(self.gpu_bytes),
-                    bytes::show(self.card_bytes)
+                    show(self.gpu_bytes),
+                    show(card.card)
                 ),
                 "measured",
+            ),
+            (
+                "And on a 16 GiB card's own pages?",
+                self.dry_answer(),
+                "dry, fitted",
             ),
             (
                 "Can a run whose step fits die hundreds of steps in?",
@@ -200,18 +205,24 @@ impl Account {
             (
                 "Why did the incident's death step move with the seed?",
                 format!(
-                    "Not known. The logs put the deaths at steps {logged}; a model of late \
-                     releases fitted to them gives {modelled}. No run on hardware has shown such \
-                     releases."
+                    "Not known. Logged: {}. Simulated, with late releases fitted to those logs: \
+                     {}; {}. No run on hardware has shown such releases.",
+                    self.logged_deaths(),
+                    self.simulated_deaths(),
+                    self.differences()
                 ),
-                "incident, simulated",
+                "incident; simulated, fitted",
             ),
             (
                 "What failed?",
                 format!(
                     "Reservations of {}: each exactly one tensor of the activation at the \
                      recipe's shapes.",
-                    list(self.failed.iter().map(|&b| bytes::show(b)).collect())
+                    self.failed
+                        .iter()
+                        .map(|&b| show(b))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 "incident, derived",
             ),
@@ -221,6 +232,79 @@ impl Account {
             t.push([question.to_string(), answer, evidence.to_string()]);
         }
         t
+    }
+
+    /// The arms dry on the card's own pages, under each edge.
+    fn dry_answer(&self) -> String {
+        let (card, dry) = (&self.card, &self.dry);
+        let fate = |f: DryFate, edge: u64| match f {
+            DryFate::Settles(reserved) => {
+                format!("settles {} under it", bytes::show(edge - reserved))
+            }
+            DryFate::Dies(step, phase) => {
+                format!("dies in step {step} ({})", written_name(&phase))
+            }
+        };
+        format!(
+            "It turns on the CUDA context, which no log sizes. Dry, with the fitted stand-in: \
+             under the pool's edge ({}, the recipes' context) the tensor path {}; under the \
+             capped H200's edge ({}, the H200's context) it {}, where the control {} and the \
+             fused kernel {}.",
+            bytes::show(card.edge),
+            fate(dry.situ_at_edge, card.edge),
+            bytes::show(card.capped_edge),
+            fate(dry.situ_at_capped_edge, card.capped_edge),
+            fate(dry.control, card.capped_edge),
+            fate(dry.fused, card.capped_edge)
+        )
+    }
+
+    /// Each SiTU log's deaths: `seed 1: 400 then 300`, or that it was cut short.
+    fn logged_deaths(&self) -> String {
+        let per_seed = self.logged.iter().map(|(seed, steps)| {
+            if steps.is_empty() {
+                format!("seed {seed}: cut before any step")
+            } else {
+                let steps: Vec<String> = steps.iter().map(u32::to_string).collect();
+                format!("seed {seed}: {}", steps.join(" then "))
+            }
+        });
+        per_seed.collect::<Vec<_>>().join("; ")
+    }
+
+    /// The calibrated model's death per seed.
+    fn simulated_deaths(&self) -> String {
+        let per_seed = self.modelled.iter().map(|(seed, d)| match d {
+            Some(step) => format!("seed {seed}: {step}"),
+            None => format!("seed {seed}: none"),
+        });
+        per_seed.collect::<Vec<_>>().join("; ")
+    }
+
+    /// Simulated against logged, for each seed whose log records a death: which attempt it
+    /// matches, else how many steps from the nearest.
+    fn differences(&self) -> String {
+        let mut out = Vec::new();
+        for (seed, simulated) in &self.modelled {
+            let logged = self.logged.iter().find(|(s, _)| s == seed);
+            let (Some(sim), Some((_, steps))) = (simulated, logged) else {
+                continue;
+            };
+            if let Some(k) = steps.iter().position(|&l| u64::from(l) == *sim) {
+                out.push(format!("seed {seed} dies where its attempt {} did", k + 1));
+            } else if let Some(&near) = steps.iter().min_by_key(|&&l| u64::from(l).abs_diff(*sim)) {
+                let (by, way) = (
+                    u64::from(near).abs_diff(*sim),
+                    if *sim < u64::from(near) {
+                        "earlier"
+                    } else {
+                        "later"
+                    },
+                );
+                out.push(format!("seed {seed} dies {by} steps {way} than its log"));
+            }
+        }
+        out.join(", ")
     }
 }
 
@@ -237,12 +321,22 @@ mod tests {
         assert!(a.survivors_ran >= 100 && a.wall_deaths.0 >= 100, "{a:?}");
         // The calibrated model kills every seed of the recipe; the logs record each death.
         assert!(a.modelled.iter().all(|(_, d)| d.is_some()), "{a:?}");
-        assert!(!a.logged.is_empty());
+        assert!(a.logged.iter().any(|(_, steps)| !steps.is_empty()));
         assert!(
-            a.gpu_bytes > 8 * a.card_bytes && !a.failed.is_empty(),
+            a.gpu_bytes > 8 * a.card.card && !a.failed.is_empty(),
             "{a:?}"
         );
+        // Dry on the card's own pages: the context decides the tensor path; the others settle.
+        assert!(matches!(a.dry.situ_at_edge, DryFate::Settles(_)), "{a:?}");
+        assert!(
+            matches!(a.dry.situ_at_capped_edge, DryFate::Dies(..)),
+            "{a:?}"
+        );
+        assert!(matches!(a.dry.control, DryFate::Settles(_)), "{a:?}");
+        assert!(matches!(a.dry.fused, DryFate::Settles(_)), "{a:?}");
         let t = a.table();
-        assert_eq!(t.rows().len(), 6);
+        assert_eq!(t.rows().len(), 7);
+        eprintln!("{}", a.differences());
+        assert!(!a.differences().is_empty());
     }
 }
