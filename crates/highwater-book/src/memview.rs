@@ -164,29 +164,18 @@ pub fn first_refusal(
     Ok(Some(view))
 }
 
-/// The first refusal of a [`first_refusal`] view, in words: what was asked, what the pool had
-/// free in all and in the request's size class, and why that was not enough.
+/// The first refusal of a [`first_refusal`] view, in words, after the view's own note on its
+/// size class: what the pool had free in all, and why that was not enough.
 pub fn explain_refusal(view: &MemoryView) -> Option<String> {
-    let step = view.initial?;
     let refusal = view.refusals.first()?;
     let all = view.free_space(refusal.time, None);
-    let class = view.free_space(refusal.time, Some(refusal.page_bytes));
-    let class_bytes = show(refusal.page_bytes);
     Some(format!(
-        "At step {step}, `{}` asks for {}. The pool holds {} pages with {} free inside them, \
-         the largest free gap {}. But CubeCL's pool picks the page size from the size of the \
-         request, and this request's pages are those of {class_bytes}: among those {}, the \
-         largest gap is {}. So the pool asks the driver for another page of {class_bytes}, \
-         the card has no room left for it, and the reserve fails. The free bytes in the other \
-         pages are the pool's unusable remainder for this request: fragmentation by size \
-         class. The run goes on until the loss read at step {} finds the dead tensor.",
-        refusal.tensor,
-        show(refusal.bytes),
+        "The pool's {} pages then held {} free, the largest gap {}, but CubeCL picks the page \
+         from the request's size, so none of it could serve this request: fragmentation by size \
+         class. The run went on until the loss read at step {} found the dead tensor.",
         all.pages,
         show(all.bytes),
         show(all.largest_gap),
-        class.pages,
-        show(class.largest_gap),
         view.died_at.map_or("its end".into(), |d| d.to_string()),
     ))
 }

@@ -38,14 +38,14 @@ pub fn inputs_table(r: &Recipe) -> Table {
             not_fitted,
         ])
         .row([
-            "left for the pool's pages",
+            "the pool's edge: the card less the two above",
             &bytes::show(card.pool_capacity()),
             "—",
         ])
         .row([
             "stand-in: the rest of the model's activations",
             &bytes::show(r.rest.live_bytes),
-            "the control fits with room to spare; the SiTU arm settles less than a page under the edge",
+            "the control fits with room to spare; the SiTU arm settles less than a page under the pool's edge",
         ])
         .row([
             "chance that a step is unlucky",

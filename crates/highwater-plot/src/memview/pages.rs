@@ -131,12 +131,18 @@ impl MemoryView {
         body.push_str(&Self::page_groups(
             &groups, first_row, &live, top, col_w, id,
         ));
+        // Past the bars, pages are counted by size, not drawn one by one: say how many are bars.
+        let drawn = if groups.is_empty() {
+            String::new()
+        } else {
+            format!("; bars: the {} largest", bars.len())
+        };
         let mut out = String::new();
         let _ = write!(
             out,
             "<g class=\"hwv-pages\" data-step=\"{}\"{hidden} font-size=\"12\"><text x=\"10\" \
-             y=\"{:.0}\">Pages in step {} {why}: {} free inside the {} pages drawn, the \
-             largest free gap {}.</text>{body}</g>",
+             y=\"{:.0}\">Step {} {why}: {} free in its {} pages (largest gap {}){drawn}.</text>\
+             {body}</g>",
             s.step,
             top + 10.0,
             s.step,
