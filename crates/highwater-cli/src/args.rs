@@ -209,17 +209,9 @@ pub(crate) struct OrderArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
-    highwater fit repro/models/decoder.toml --card 16GiB\n  \
-    highwater fit repro/models/decoder.toml --card 16GiB --largest-batch\n  \
-    highwater fit repro/recipes/wave-stack.toml --card 80GB --batch 32 --backend fusion\n\n\
-    The card is the chip of --chip (a profile recorded by card-profile) with the memory of \
-    --card; the pools may take that memory less the CUDA context the chip's process took. \
-    Exits 0 whether or not the model fits; 1 on bad input.")]
+#[command(after_help = fit_after_help())]
 pub(crate) struct FitArgs {
-    /// A network file (`[decoder]`, `[encoder]`, `[resnet]`, `[vit]`, `[lstm]`, `[mlp]`:
-    /// repro/models) or a wave recipe (TOML).
-    #[arg(value_name = "MODEL")]
+    #[arg(value_name = "MODEL", help = fit_model_help())]
     pub model: PathBuf,
     /// The card's memory (`16GiB`, `80GB`, `24000000000`), or a card profile (JSON) to use as
     /// it is.
@@ -275,6 +267,34 @@ pub(crate) struct AtlasArgs {
     /// Write the merged atlas here (replaced), one cache file per tuner.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+}
+
+/// `fit MODEL`: what a model file is, and where its format is listed.
+fn fit_model_help() -> String {
+    format!(
+        "A network file (TOML with one of {}: repro/models) or a wave recipe (repro/recipes)",
+        highwater::network::FAMILIES
+            .map(|f| format!("`[{f}]`"))
+            .join(", ")
+    )
+}
+
+/// `fit --help`'s closing lines: examples, the card, the model file's format, the exit status.
+fn fit_after_help() -> String {
+    format!(
+        "Examples:\n  \
+         highwater fit repro/models/decoder.toml --card 16GiB\n  \
+         highwater fit repro/models/decoder.toml --card 16GiB --largest-batch\n  \
+         highwater fit repro/recipes/wave-stack.toml --card 80GB --batch 32 --backend fusion\n\n\
+         The card is the chip of --chip (a profile recorded by card-profile) with the memory of \
+         --card; the pools may take that memory less the CUDA context the chip's process took.\n\n\
+         Every family, key, unit, default and limit of a network file: {}. The file's \
+         batch, backend and checkpointing are trained unless --batch, --backend or \
+         --checkpointing say otherwise; its training.steps and training.seed are not read \
+         (--steps, --seed).\n\n\
+         Exits 0 whether or not the model fits; 1 on bad input.",
+        highwater::network::see_format()
+    )
 }
 
 /// What `--card` names.

@@ -21,10 +21,7 @@ use basics::text_table::{Align, Rule, render};
 pub(crate) fn fit(a: FitArgs) -> Result<()> {
     let origin = a.model.display().to_string();
     let text = read_input(&a.model, "model")?;
-    let mut model = Model::parse(&origin, &text).map_err(|e| {
-        let quoted = quoted_line(&text, e.line());
-        anyhow!(e).context(format!("invalid model {origin}{quoted}"))
-    })?;
+    let mut model = parse_model(&origin, &text)?;
     let (backend, checkpointing) = model.backend();
     model = model.with_backend(
         a.backend.map_or(backend, Into::into),
@@ -120,6 +117,26 @@ pub(crate) fn fit(a: FitArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The model file read as `fit` reads it, its error naming the line it quotes; a file read as
+/// a wave recipe for want of a network table says so when it has no recipe's table either, as
+/// a network file whose table is misspelt has not.
+fn parse_model(origin: &str, text: &str) -> Result<Model> {
+    Model::parse(origin, text).map_err(|e| {
+        let quoted = quoted_line(text, e.line());
+        let read_as = match highwater::network::has_no_model_table(text) {
+            false => String::new(),
+            true => format!(
+                ", read as a wave recipe: it has none of the network tables ({}; {})",
+                highwater::network::FAMILIES
+                    .map(|f| format!("[{f}]"))
+                    .join(", "),
+                highwater::network::see_format()
+            ),
+        };
+        anyhow!(e).context(format!("invalid model {origin}{quoted}{read_as}"))
+    })
 }
 
 /// `fit`'s answer as text, line by line: the steps' table, the verdicts warm and cold, and what

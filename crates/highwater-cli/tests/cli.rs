@@ -458,6 +458,8 @@ fn bad_arguments_are_usage_errors() {
 fn help() {
     ok_snapshot("help", &["--help"]);
     ok_snapshot("help-simulate", &["simulate", "--help"]);
+    // `fit --help` names the page that lists the model file's format.
+    ok_snapshot("help-fit", &["fit", "--help"]);
 }
 
 /// The simulator against every run recorded on a GPU (`repro/results/rerun-*.json`): live bytes

@@ -16,7 +16,10 @@
 //! `[training]` says the backend, checkpointing, float precision, steps and seed; every family
 //! trains with cross-entropy and Adam. Read like a [`Recipe`](crate::Recipe): the TOML as
 //! written (unknown keys refused), then checked (every size non-zero, heads dividing the width,
-//! every tensor's bytes within [`MAX_TENSOR_BYTES`]), errors naming the file, line and field.
+//! every tensor's bytes within [`MAX_TENSOR_BYTES`]), errors naming the file, line and field,
+//! and the page that documents the format ([`FORMAT_PAGE`]): a reader who wrote the file wrong
+//! learns where every key is listed. [`KEYS`] describes each key once, for that page and for the
+//! errors.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,8 +29,20 @@ use crate::recipe::{Backend, Checkpointing};
 
 mod check;
 mod file;
+mod keys;
 #[cfg(test)]
 mod tests;
+
+pub use keys::{Allowed, FAMILY_DOCS, Family, KEYS, Key, Written, key, keys_of};
+
+/// The book's reference page on network files, from the repository's root: every key of every
+/// family, its unit, default and limits ([`KEYS`]).
+pub const FORMAT_PAGE: &str = "src/reference/model-files.md";
+
+/// How an error of [`Network::parse`] and `highwater fit --help` point to [`FORMAT_PAGE`].
+pub fn see_format() -> String {
+    format!("see the book's page \"Model files\" ({FORMAT_PAGE})")
+}
 
 /// The float type of weights, activations and optimizer state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -181,6 +196,14 @@ pub const FAMILIES: [&str; 6] = ["decoder", "encoder", "resnet", "vit", "lstm", 
 pub fn is_network(text: &str) -> bool {
     text.parse::<toml::Table>()
         .is_ok_and(|t| FAMILIES.iter().any(|f| t.contains_key(*f)))
+}
+
+/// Whether `text` is TOML with neither an architecture table nor a wave recipe's `[model]` (a
+/// network file whose table is misspelt, say): a reader that takes every file without a network
+/// table for a recipe should then say that it did, or its errors speak of a recipe's keys.
+pub fn has_no_model_table(text: &str) -> bool {
+    text.parse::<toml::Table>()
+        .is_ok_and(|t| !t.contains_key("model") && !FAMILIES.iter().any(|f| t.contains_key(*f)))
 }
 
 /// A network the dry run and the GPU can be trusted to build.

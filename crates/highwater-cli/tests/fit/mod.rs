@@ -126,8 +126,8 @@ fn every_model_file_has_a_fit_snapshot() {
     assert!(models >= 6, "{models} model files");
 }
 
-/// A bad network file is refused before any work with its file, line and reason, and the line
-/// quoted.
+/// A bad network file is refused before any work with its file, line, key and reason, the line
+/// quoted, and the book's page on the format.
 #[test]
 fn fit_names_a_bad_model_files_line_and_reason() {
     let dir = scratch("bad-model");
@@ -149,6 +149,21 @@ fn fit_names_a_bad_model_files_line_and_reason() {
             "typo.toml:14: [encoder]: unknown field `dff`",
         ),
         (
+            "missing.toml",
+            encoder.replace("vocab = 30522\n", ""),
+            "missing.toml:8: [encoder]: missing field `vocab`",
+        ),
+        (
+            "backend.toml",
+            encoder.replace("backend = \"cube\"", "backend = \"cuda\""),
+            "backend.toml:20: `training.backend`: unknown variant `cuda`",
+        ),
+        (
+            "misspelt.toml",
+            encoder.replace("[encoder]", "[encodr]"),
+            "read as a wave recipe: it has none of the network tables",
+        ),
+        (
             "two.toml",
             format!(
                 "{encoder}\n[mlp]\ninputs = 4\nhidden = 4\nn_layers = 1\nclasses = 2\nbatch = 1\n"
@@ -168,6 +183,10 @@ fn fit_names_a_bad_model_files_line_and_reason() {
         assert!(out.stdout.is_empty(), "{name}");
         let err = text(&out.stderr);
         assert!(err.contains(says), "{name}: {err}");
+        assert!(
+            err.contains("the book's page \"Model files\" (src/reference/model-files.md)"),
+            "{name}: {err}"
+        );
         assert!(
             err.contains(&format!("invalid model {name} (line ")),
             "{err}"

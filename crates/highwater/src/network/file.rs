@@ -8,6 +8,7 @@ use basics::line_of;
 
 use crate::recipe::{Backend, Checkpointing, RecipeError, from_toml};
 
+use super::keys::{self, Key};
 use super::{Arch, FAMILIES, Network, Precision};
 
 /// `[training]` as written.
@@ -52,8 +53,8 @@ fn key_line(text: &str, family: &str, key: &str) -> usize {
         .map_or(header, |i| header + i)
 }
 
-/// Reads one architecture table: its shape (unknown keys refused, every size at least 1) and
-/// its batch.
+/// Reads one architecture table: its shape (unknown keys refused, every size a whole number at
+/// least 1) and its batch.
 fn shape<T: serde::de::DeserializeOwned>(
     origin: &str,
     text: &str,
@@ -66,15 +67,26 @@ fn shape<T: serde::de::DeserializeOwned>(
         line,
         reason,
     };
-    for (key, value) in &table {
-        if value.as_integer() == Some(0) {
-            return Err(RecipeError::Invalid {
-                origin: origin.to_string(),
-                line: key_line(text, family, key),
-                field: field_name(family, key),
-                reason: "must be at least 1".into(),
-            });
-        }
+    // Every key of a family is a count: checked here, so that the error names the key; a key
+    // the format lacks is left to serde, whose error lists the keys it expects.
+    for (name, value) in &table {
+        let Some(key) = keys::key(family, name) else {
+            continue;
+        };
+        let reason = match value.as_integer() {
+            Some(n) if n >= 1 => continue,
+            Some(_) => "must be at least 1".to_string(),
+            None => format!(
+                "must be a whole number, not `{}`",
+                crate::limits::quote(&value.to_string())
+            ),
+        };
+        return Err(RecipeError::Invalid {
+            origin: origin.to_string(),
+            line: key_line(text, family, name),
+            field: key.field,
+            reason,
+        });
     }
     let batch = match table.remove("batch") {
         None => {
@@ -108,56 +120,67 @@ fn shape<T: serde::de::DeserializeOwned>(
     Ok((shape, batch))
 }
 
-/// `family.key` as a static name, for errors (the fields are a fixed set).
-fn field_name(family: &str, key: &str) -> &'static str {
-    const NAMES: &[&str] = &[
-        "decoder.vocab",
-        "decoder.seq_len",
-        "decoder.d_model",
-        "decoder.n_heads",
-        "decoder.n_layers",
-        "decoder.d_ff",
-        "encoder.vocab",
-        "encoder.seq_len",
-        "encoder.d_model",
-        "encoder.n_heads",
-        "encoder.n_layers",
-        "encoder.d_ff",
-        "resnet.image",
-        "resnet.channels",
-        "resnet.width",
-        "resnet.stages",
-        "resnet.blocks",
-        "resnet.classes",
-        "vit.image",
-        "vit.channels",
-        "vit.patch",
-        "vit.d_model",
-        "vit.n_heads",
-        "vit.n_layers",
-        "vit.d_ff",
-        "vit.classes",
-        "lstm.vocab",
-        "lstm.seq_len",
-        "lstm.d_model",
-        "lstm.hidden",
-        "lstm.n_layers",
-        "mlp.inputs",
-        "mlp.hidden",
-        "mlp.n_layers",
-        "mlp.classes",
-    ];
-    let full = format!("{family}.{key}");
-    NAMES
-        .iter()
-        .find(|n| **n == full)
-        .copied()
-        .unwrap_or("network")
+/// The key written on `line` (1-based, `key = …`) and the table above it, if the format has
+/// such a key: what a TOML reader's error at that line is about.
+fn key_at(text: &str, line: usize) -> Option<&'static Key> {
+    let mut table = None;
+    for (i, l) in text.lines().enumerate().take(line) {
+        let l = l.trim();
+        if i + 1 == line {
+            let (name, _) = l.split_once('=')?;
+            return keys::key(table?, name.trim());
+        }
+        if let Some(header) = l.strip_prefix('[').and_then(|h| h.split_once(']')) {
+            table = Some(header.0.trim());
+        }
+    }
+    None
+}
+
+/// `e` as the reader should get it: naming the key its line holds when the TOML reader did
+/// not, then where the format is documented.
+fn pointed(text: &str, e: RecipeError) -> RecipeError {
+    let see = super::see_format();
+    match e {
+        RecipeError::Syntax {
+            origin,
+            line,
+            reason,
+        } => {
+            let reason = match key_at(text, line) {
+                Some(k) if !reason.contains(&format!("`{}`", k.name())) => {
+                    format!("`{}`: {reason}", k.field)
+                }
+                _ => reason,
+            };
+            RecipeError::Syntax {
+                origin,
+                line,
+                reason: format!("{reason}; {see}"),
+            }
+        }
+        RecipeError::Invalid {
+            origin,
+            line,
+            field,
+            reason,
+        } => RecipeError::Invalid {
+            origin,
+            line,
+            field,
+            reason: format!("{reason}; {see}"),
+        },
+    }
 }
 
 impl Network {
-    /// Parses and checks `text`; `origin` names it in errors.
+    /// Parses and checks `text`; `origin` names it in errors, each of which names the file, the
+    /// line, the key where there is one, and [`FORMAT_PAGE`](super::FORMAT_PAGE).
     pub fn parse(origin: &str, text: &str) -> Result<Network, RecipeError> {
+        Self::read(origin, text).map_err(|e| pointed(text, e))
+    }
+
+    fn read(origin: &str, text: &str) -> Result<Network, RecipeError> {
         let f: File = from_toml(origin, text, MAX_RECIPE_BYTES)?;
         let invalid = |field: &'static str, at: usize, reason: String| RecipeError::Invalid {
             origin: origin.to_string(),

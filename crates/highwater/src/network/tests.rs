@@ -105,3 +105,164 @@ fn a_resnet_whose_side_cannot_halve_enough_is_refused() {
     let ok = Network::parse("r.toml", &text.replace("image = 24", "image = 32")).unwrap();
     assert_eq!(ok.precision, Precision::F32);
 }
+
+/// Each family's bundled file (`repro/models/FAMILY.toml`): every family has one.
+fn bundled() -> Vec<(&'static str, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../repro/models");
+    FAMILIES
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(dir.join(format!("{f}.toml"))).unwrap();
+            (*f, text)
+        })
+        .collect()
+}
+
+/// Whether `line` writes `name = …`.
+fn writes(line: &str, name: &str) -> bool {
+    line.trim_start()
+        .strip_prefix(name)
+        .is_some_and(|rest| rest.trim_start().starts_with('='))
+}
+
+/// `text` with `name = value` in `[table]`: its line rewritten where written, else added under
+/// the table's header.
+fn set(text: &str, table: &str, name: &str, value: &str) -> String {
+    if text.lines().any(|l| writes(l, name)) {
+        text.lines()
+            .map(|l| match writes(l, name) {
+                true => format!("{name} = {value}"),
+                false => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        text.replace(
+            &format!("[{table}]\n"),
+            &format!("[{table}]\n{name} = {value}\n"),
+        )
+    }
+}
+
+/// The names a serde message lists after `expected`, in backquotes.
+fn expected(message: &str) -> std::collections::BTreeSet<String> {
+    let (_, list) = message.split_once("expected").expect(message);
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(String::from)
+        .collect()
+}
+
+/// The keys of a file's tables: its family's, then `[training]`'s.
+fn keys_of_file(family: &str) -> impl Iterator<Item = &'static Key> {
+    keys_of(family).chain(keys_of("training"))
+}
+
+#[test]
+fn the_families_described_are_the_families_read() {
+    assert_eq!(FAMILY_DOCS.map(|f| f.table), FAMILIES);
+    for k in &KEYS {
+        assert!(
+            FAMILIES.contains(&k.table()) || k.table() == "training",
+            "{}",
+            k.field
+        );
+    }
+    for family in FAMILIES {
+        assert!(key(family, "batch").is_some(), "{family}");
+    }
+}
+
+/// [`KEYS`] lists exactly the keys the parser reads: serde's own list of the keys a table
+/// expects (from the error for one it does not), and `batch`, read before serde.
+#[test]
+fn the_keys_listed_are_the_keys_the_parser_reads() {
+    for (family, text) in bundled() {
+        for table in [family, "training"] {
+            let e = Network::parse("x.toml", &set(&text, table, "zz_unknown", "1")).unwrap_err();
+            let mut listed: std::collections::BTreeSet<String> =
+                keys_of(table).map(|k| k.name().to_string()).collect();
+            if table != "training" {
+                assert!(listed.remove("batch"), "{table}");
+            }
+            assert_eq!(expected(&e.to_string()), listed, "{e}");
+            assert!(e.to_string().contains(FORMAT_PAGE), "{e}");
+        }
+    }
+}
+
+/// A required key left out is refused with its name and the page; a key left out to its
+/// default reads as the default written.
+#[test]
+fn required_keys_and_defaults_are_as_listed() {
+    for (family, text) in bundled() {
+        for k in keys_of_file(family) {
+            let without = text
+                .lines()
+                .filter(|l| !writes(l, k.name()))
+                .collect::<Vec<_>>()
+                .join("\n");
+            match k.written {
+                Written::Required => {
+                    assert_ne!(without, text, "{family}: {} is not written", k.field);
+                    let e = Network::parse("x.toml", &without).unwrap_err().to_string();
+                    assert!(e.contains(&format!("`{}`", k.name())), "{e}");
+                    assert!(e.contains(FORMAT_PAGE), "{e}");
+                }
+                Written::Default(value) => {
+                    let left_out = Network::parse("x.toml", &without).unwrap();
+                    let written = set(&without, k.table(), k.name(), value);
+                    assert_eq!(left_out, Network::parse("x.toml", &written).unwrap());
+                }
+            }
+        }
+    }
+}
+
+/// Every name listed is read, and a name not listed is refused with the list the parser
+/// expects: the same names.
+#[test]
+fn the_names_listed_are_the_names_the_parser_reads() {
+    let vit = &bundled()[3].1;
+    for k in keys_of("training") {
+        let Allowed::OneOf(names) = k.allowed else {
+            continue;
+        };
+        for name in names {
+            Network::parse(
+                "x.toml",
+                &set(vit, "training", k.name(), &format!("\"{name}\"")),
+            )
+            .unwrap();
+        }
+        let e = Network::parse("x.toml", &set(vit, "training", k.name(), "\"zz\"")).unwrap_err();
+        let names: std::collections::BTreeSet<String> =
+            names.iter().map(|n| n.to_string()).collect();
+        assert_eq!(expected(&e.to_string()), names, "{e}");
+    }
+}
+
+/// Any key given a value it may not have (a zero, a negative, a string) is refused at its line,
+/// naming the key and the page.
+#[test]
+fn a_bad_value_names_its_key_its_line_and_the_page() {
+    for (family, text) in bundled() {
+        for k in keys_of_file(family) {
+            let bad: &[&str] = match k.allowed {
+                Allowed::Count(_) => &["0", "-3", "\"x\"", "1.5"],
+                Allowed::Any => &["-1", "\"x\""],
+                Allowed::OneOf(_) => &["\"zz\"", "1"],
+            };
+            for value in bad {
+                let written = set(&text, k.table(), k.name(), value);
+                let line = written.lines().position(|l| writes(l, k.name())).unwrap() + 1;
+                let e = Network::parse("x.toml", &written).unwrap_err();
+                let shown = e.to_string();
+                assert!(shown.contains(&format!("`{}`", k.field)), "{shown}");
+                assert!(shown.contains(FORMAT_PAGE), "{shown}");
+                assert_eq!(e.line(), line, "{shown}");
+            }
+        }
+    }
+}

@@ -1,10 +1,10 @@
 //! The simulator's inputs, mutated from the project's own: recipes (`repro/recipes`, the test
 //! fixtures) and the network models (`repro/models`). Each parses to something that runs — a
 //! recipe simulates a step, a network prices its tensors — or is refused with its file, line
-//! and a bounded reason; never a panic, an abort or a hang. `FUZZ_SECONDS` / `FUZZ_CASES` set
-//! the budget (see `snapshots::fuzz`).
+//! and a bounded reason (a network's naming the page that lists its format); never a panic, an
+//! abort or a hang. `FUZZ_SECONDS` / `FUZZ_CASES` set the budget (see `snapshots::fuzz`).
 
-use highwater::network::Network;
+use highwater::network::{FORMAT_PAGE, Network};
 use highwater::{Recipe, RecipeError, simulate};
 use snapshots::fuzz::{self, Budget, Verdict};
 use std::path::Path;
@@ -70,8 +70,16 @@ fn fuzz_recipes() {
 #[test]
 fn fuzz_network_models() {
     let seeds = files("../../repro/models", "toml");
+    // Every refusal also names the page that lists the format.
+    let parse = |origin: &str, text: &str| {
+        let parsed = Network::parse(origin, text);
+        if let Err(e) = &parsed {
+            assert!(e.to_string().contains(FORMAT_PAGE), "{e}");
+        }
+        parsed
+    };
     let tally = fuzz::run("networks", &seeds, Budget::from_env(300), |bytes| {
-        check_toml(bytes, Network::parse, |n| {
+        check_toml(bytes, parse, |n| {
             // What `with_batch` accepts is priced within the limits: no overflow downstream.
             let _ = n.arch.params();
             let _ = n.with_batch(n.batch.saturating_mul(2));
