@@ -98,6 +98,55 @@ pub fn slices_lessons() -> Result<Markdown, CellError> {
     )))
 }
 
+/// What the persistent table shows, read back from a pool put through the same events: a
+/// request of a weight's size outside persistent mode gets an exact page of the persistent
+/// pool (`PersistentPool::has_size`), one of a new size goes to the ordinary pools.
+pub fn persistent_lessons() -> Result<Markdown, CellError> {
+    let mut pool = card();
+    pool.set_persistent(true);
+    let weights: Vec<_> = [48, 48, 96]
+        .iter()
+        .map(|m| pool.reserve(m * MIB))
+        .collect::<Result<_, _>>()?;
+    pool.set_persistent(false);
+    let before = pool.storage().page_sizes();
+    let gradient = pool.reserve(96 * MIB)?;
+    let after_gradient = pool.storage().page_sizes();
+    let activation = pool.reserve(40 * MIB)?;
+    let after_activation = pool.storage().page_sizes();
+    let added = |old: &[u64], new: &[u64]| new[old.len()..].to_vec();
+    let (gradient_page, activation_page) = (
+        added(&before, &after_gradient),
+        added(&after_gradient, &after_activation),
+    );
+    let ordinary = class_of(96 * MIB);
+    assert_eq!(
+        gradient_page,
+        vec![96 * MIB],
+        "an exact page for a weight's size"
+    );
+    assert!(class_of(40 * MIB).shared);
+    assert_eq!(activation_page, vec![class_of(40 * MIB).page]);
+    drop(gradient);
+    let again = pool.reserve(96 * MIB)?;
+    let reused = pool.storage().page_sizes() == after_activation;
+    assert!(reused, "a free persistent page of the size is reused");
+    drop((weights, again, activation));
+    let elsewhere = if ordinary.shared {
+        format!("a slice of a {} page", bytes::show(ordinary.page))
+    } else {
+        format!("a page of {}", bytes::show(ordinary.page))
+    };
+    Ok(Markdown(format!(
+        "The gradient matched a weight's size, so it got a page of exactly {}, though the \
+         ordinary pools would have given it {elsewhere}; freed and asked for again, that page \
+         is reused. The activation, of a size no weight has, took a slice of a {} page. So in a training \
+         run the persistent pool grows past the parameters, as Part I's memory views show.",
+        bytes::show(gradient_page[0]),
+        bytes::show(activation_page[0]),
+    )))
+}
+
 /// One row of the ratchet table ([`RATCHET_COLUMNS`]): step `step` reserved `sizes` (MiB) at
 /// once, `peak` bytes in use, and has freed them; `before` lists the pages held before it, so
 /// the row names the pages the step opened.
@@ -249,6 +298,8 @@ mod tests {
     fn the_slices_and_the_ratchet_read_back_as_the_text_says() {
         let slices = slices_lessons().unwrap().0;
         assert!(slices.contains("exactly 64 MiB"), "{slices}");
+        let persistent = persistent_lessons().unwrap().0;
+        assert!(persistent.contains("exactly 96 MiB"), "{persistent}");
         let ratchet = ratchet_lessons().unwrap().0;
         assert!(ratchet.starts_with("Step 3 needed the least"), "{ratchet}");
     }
