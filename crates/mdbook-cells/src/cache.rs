@@ -128,9 +128,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cells-cache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cache = Cache::open(&dir).unwrap();
-        cache.put("aa", &stored("one")).unwrap();
+        // One entry, put then read back: a second `stored("one")` could be dated a second later.
+        let one = stored("one");
+        cache.put("aa", &one).unwrap();
         cache.put("bb", &stored("two")).unwrap();
-        assert_eq!(cache.get("aa"), Some(stored("one")));
+        assert_eq!(cache.get("aa"), Some(one));
         assert_eq!(cache.get("aa").unwrap().ran_ms, Some(1500));
         assert!(
             cache
