@@ -61,7 +61,7 @@ mod tests {
     /// recipe comments mark as fitted to the logs.
     #[test]
     fn the_situ_recipe_marks_three_fields_as_fitted() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let t = recipe_fields(&book, "repro/recipes/situ.toml").unwrap();
         let fitted: Vec<&str> = t
             .rows()

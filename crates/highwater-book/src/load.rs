@@ -89,6 +89,12 @@ impl Book {
         Book { root: root.into() }
     }
 
+    /// This repository, as the crate's own tests read it.
+    #[cfg(test)]
+    pub(crate) fn repository() -> Book {
+        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    }
+
     /// `relative`, under the root.
     pub fn path(&self, relative: impl AsRef<Path>) -> PathBuf {
         self.root.join(relative)

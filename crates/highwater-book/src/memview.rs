@@ -186,9 +186,7 @@ mod tests {
 
     #[test]
     fn every_reserve_is_a_band_and_every_held_page_is_drawn() {
-        let r = crate::Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-            .recipe("small")
-            .unwrap();
+        let r = crate::Book::repository().recipe("small").unwrap();
         let (report, trace) = highwater::simulate_traced(&r, 3, 2..=3).unwrap();
         let all = memory_view(&trace, &report, "all", |_| true);
         let count = |a: Action| trace.events.iter().filter(|e| e.action == a).count();

@@ -31,9 +31,7 @@ mod tests {
     /// activation's `[N, f]` and `[N, 2f]` tensors in f32.
     #[test]
     fn the_failing_sizes_factor_into_the_activations_shapes() {
-        let r = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-            .recipe("situ")
-            .unwrap();
+        let r = Book::repository().recipe("situ").unwrap();
         let dims = [
             ("N = batch × seq_len", r.tokens()),
             ("d_ffn", r.d_ffn),

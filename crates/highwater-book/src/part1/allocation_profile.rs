@@ -137,13 +137,9 @@ pub fn bill_table(book: &Book) -> Result<Table, CellError> {
 mod tests {
     use super::*;
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     #[test]
     fn the_tensor_path_has_about_eleven_outputs_but_fewer_buffers() {
-        let ledger = ffn::expert_ledger(&book().recipe("situ").unwrap());
+        let ledger = ffn::expert_ledger(&Book::repository().recipe("situ").unwrap());
         let c = OutputCounts::of(&crate::activation_rows(&ledger));
         // The report's "about eleven"; the two slices of `mid` are views, and some ops write in
         // place, so fewer outputs get a buffer of their own.
@@ -157,7 +153,7 @@ mod tests {
 
     #[test]
     fn the_bill_is_the_ledgers_kept_bytes_and_the_tensor_path_keeps_most() {
-        let book = book();
+        let book = Book::repository();
         let chart = bill_chart(&book).unwrap();
         assert_eq!(chart.bars.len(), PATHS.len());
         let total = |i: usize| chart.bars[i].segments.iter().map(|s| s.1).sum::<u64>();

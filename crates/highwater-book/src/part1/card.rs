@@ -82,7 +82,7 @@ mod tests {
 
     #[test]
     fn the_edges_are_the_cap_less_a_context() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let f = CardFigures::of(&book).unwrap();
         assert_eq!(f.card, 16 << 30);
         assert!(

@@ -44,7 +44,7 @@ mod tests {
 
     #[test]
     fn balanced_checkpointing_shrinks_the_tensor_paths_bill_and_keeps_one_buffer() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let base = book.recipe("small").unwrap();
         let t = kept_table(&base);
         assert_eq!(t.rows().len(), 6, "three paths under two strategies");

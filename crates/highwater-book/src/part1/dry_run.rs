@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn every_burn_fusion_record_is_checked_with_the_cache_its_runs_started_from() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let mut recorded: Vec<String> = book
             .files(FUSION, "json")
             .unwrap()
@@ -381,7 +381,7 @@ mod tests {
     }
 
     fn repository() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        Book::repository()
     }
 
     #[test]

@@ -199,13 +199,9 @@ pub fn bench_table(book: &Book) -> Result<Table, CellError> {
 mod tests {
     use super::*;
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     #[test]
     fn the_gates_three_tests_pass_every_check() {
-        let t = gate_summary_table(&book()).unwrap();
+        let t = gate_summary_table(&Book::repository()).unwrap();
         let rows = t.rows();
         assert_eq!(rows.len(), 3, "{rows:?}");
         for r in rows {
@@ -220,7 +216,7 @@ mod tests {
 
     #[test]
     fn the_gate_ran_shapes_with_narrower_vectors_under_both_strategies() {
-        let t = gate_shapes_table(&book()).unwrap();
+        let t = gate_shapes_table(&Book::repository()).unwrap();
         let rows = t.rows();
         assert!(rows.len() >= 2, "{rows:?}");
         // Some shapes' `f` is not a multiple of the widest vector: their kernels ran narrower.
@@ -234,7 +230,7 @@ mod tests {
 
     #[test]
     fn the_thresholds_are_the_gates_own() {
-        let t = gate_thresholds_table(&book()).unwrap();
+        let t = gate_thresholds_table(&Book::repository()).unwrap();
         let rows = t.rows();
         assert_eq!(rows.len(), 5);
         assert!(rows.iter().all(|r| !r[1].contains("NaN")), "{rows:?}");
@@ -244,7 +240,7 @@ mod tests {
 
     #[test]
     fn the_fused_path_is_faster_than_the_tensor_path_through_autodiff() {
-        let t = bench_table(&book()).unwrap();
+        let t = bench_table(&Book::repository()).unwrap();
         let rows = t.rows();
         assert_eq!(rows.len(), 6, "{rows:?}");
         let ms = |path: &str| -> f64 {

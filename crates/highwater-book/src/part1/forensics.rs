@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn the_situ_logs_show_seed_2_truncated_and_failures_after_step_0() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let t = situ_logs_table(&book).unwrap();
         let situ = book
             .incidents()

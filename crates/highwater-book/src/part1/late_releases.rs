@@ -232,13 +232,9 @@ pub fn agreement(book: &Book) -> Result<Markdown, CellError> {
 mod tests {
     use super::*;
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     #[test]
     fn the_inputs_name_what_was_fitted() {
-        let t = inputs_table(&book().recipe("situ").unwrap());
+        let t = inputs_table(&Book::repository().recipe("situ").unwrap());
         assert_eq!(t.rows().len(), 8);
         // The hypothesis is the two jitter values fitted to the logged deaths.
         let fitted = t
@@ -250,7 +246,7 @@ mod tests {
 
     #[test]
     fn the_situ_arm_dies_in_the_simulator_and_in_its_logs() {
-        let book = book();
+        let book = Book::repository();
         let r = book.recipe("situ").unwrap();
         let runs: Vec<RunReport> = r.seeds.iter().map(|&s| simulate(&r, s, r.steps)).collect();
         let row = arm_row(&r, &runs);
@@ -278,7 +274,7 @@ mod tests {
 
     #[test]
     fn the_control_survives_every_seed() {
-        let r = book().recipe("small").unwrap();
+        let r = Book::repository().recipe("small").unwrap();
         let runs: Vec<RunReport> = r.seeds.iter().map(|&s| simulate(&r, s, r.steps)).collect();
         let row = arm_row(&r, &runs);
         assert_eq!(

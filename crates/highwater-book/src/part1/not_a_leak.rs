@@ -122,13 +122,9 @@ mod tests {
 
     use super::*;
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     #[test]
     fn the_situ_logs_show_no_sign_of_a_leak() {
-        let check = situ_logs(&book()).unwrap();
+        let check = situ_logs(&Book::repository()).unwrap();
         // The prose: a seed rerun died at two different steps, and every refused size is one of
         // the step's own activations.
         assert!(check.replays_differ, "{check:?}");
@@ -144,7 +140,7 @@ mod tests {
 
     #[test]
     fn every_simulated_step_reserves_the_same_and_releases_its_temporaries() {
-        let r = book().recipe("situ").unwrap();
+        let r = Book::repository().recipe("situ").unwrap();
         let ledger = ffn::expert_ledger(&r);
         let profile = |step| StepProfile::of(&trace::step_trace(&r, &ledger, step));
         let second = profile(2);

@@ -50,7 +50,7 @@ mod tests {
 
     #[test]
     fn both_sizes_that_failed_mid_run_are_one_situ_tensor_each() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let r = book.recipe("situ").unwrap();
         let n = r.tokens();
         let tensors = [

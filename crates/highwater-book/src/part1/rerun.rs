@@ -540,10 +540,6 @@ pub fn gpu_cell_table(book: &Book) -> Result<Output, CellError> {
 mod tests {
     use super::*;
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     fn html(output: Output) -> String {
         match output {
             Output::Table(html) | Output::Figure(html) | Output::Markdown(html) => html,
@@ -553,7 +549,7 @@ mod tests {
 
     #[test]
     fn runs_are_named_by_arm_and_errors_signed() {
-        let runs = checked(&book()).unwrap();
+        let runs = checked(&Book::repository()).unwrap();
         assert!(runs.len() >= 15, "{}", runs.len());
         let (r, _) = runs
             .iter()
@@ -566,7 +562,7 @@ mod tests {
 
     #[test]
     fn provenance_and_conformance_cover_every_run() {
-        let book = book();
+        let book = Book::repository();
         let runs = checked(&book).unwrap().len();
         let provenance = provenance_table(&book).unwrap();
         assert_eq!(provenance.rows().len(), 9);
@@ -595,7 +591,7 @@ mod tests {
 
     #[test]
     fn live_bytes_and_cube_reserved_match_to_the_byte() {
-        let book = book();
+        let book = Book::repository();
         let live = live_bytes_note(&book).unwrap().0;
         assert!(live.ends_with("at most **0 bytes**."), "{live}");
         // Panics if a CubeBackend run is off by a byte; all six arms are named.
@@ -605,7 +601,7 @@ mod tests {
 
     #[test]
     fn figures_draw_every_arm() {
-        let book = book();
+        let book = Book::repository();
         let steps = html(reserved_error_figure(&book).unwrap().into_output());
         let capped = html(capped_figure(&book).unwrap().into_output());
         for activation in ["silu", "situ-fused", "situ-tensor"] {
@@ -624,7 +620,7 @@ mod tests {
 
     #[test]
     fn on_the_capped_card_only_the_tensor_path_dies_at_once() {
-        let book = book();
+        let book = Book::repository();
         let table = capped_table(&book).unwrap();
         let fates: Vec<(&str, &str, &str)> = table
             .rows()
@@ -655,7 +651,7 @@ mod tests {
 
     #[test]
     fn the_gpu_cells_run_conforms_or_is_missing() {
-        let table = html(gpu_cell_table(&book()).unwrap());
+        let table = html(gpu_cell_table(&Book::repository()).unwrap());
         assert!(
             table.contains("<td>steps</td><td>50</td><td>50</td>"),
             "{table}"

@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn the_account_reads_every_source_and_keeps_them_apart() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let a = Account::of(&book).unwrap();
         assert!(a.surplus_over_control > 1 << 30, "{a:?}");
         assert_eq!(a.capped_death.0, 1, "{a:?}");

@@ -307,13 +307,9 @@ mod tests {
         assert_eq!(failure("other\nmore"), "other");
     }
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     #[test]
     fn the_loader_grows_without_end_and_run_ahead_never() {
-        let t = grows_table(&book()).unwrap();
+        let t = grows_table(&Book::repository()).unwrap();
         let row = |name: &str| {
             t.rows()
                 .iter()
@@ -338,7 +334,7 @@ mod tests {
 
     #[test]
     fn every_capped_death_is_predicted_dry() {
-        let t = deaths_table(&book()).unwrap();
+        let t = deaths_table(&Book::repository()).unwrap();
         // The loader, the evaluation and padding each kill the capped run.
         assert_eq!(t.rows().len(), 3, "{:?}", t.rows());
         for row in t.rows() {
@@ -348,7 +344,7 @@ mod tests {
 
     #[test]
     fn only_the_control_survives_the_mitigations() {
-        let t = mitigations_table(&book()).unwrap();
+        let t = mitigations_table(&Book::repository()).unwrap();
         let survivors: Vec<&str> = t
             .rows()
             .iter()

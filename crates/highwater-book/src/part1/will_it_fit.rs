@@ -13,6 +13,7 @@ use cell_output::{CellError, Figure, Table};
 use dryrun::{CardProfile, OnRefusal, TieBreak};
 use highwater::RunReport;
 use highwater::conform::{MeasuredStep, NetworkRecord};
+use highwater::pool::CardPool;
 use highwater::recipe::written_name;
 use situ::band::{Band, BandCheck};
 use situ::dry::{BatchSearch, DryCube, DryPlan};
@@ -90,18 +91,10 @@ pub fn steps_table(r: &RunReport) -> Table {
     t
 }
 
-/// The page CubeCL's pool opens, on a card of `total_bytes`, for a first reservation of
-/// `bytes` (`None`: no pool takes the size).
-pub fn page_for(total_bytes: u64, bytes: u64) -> Option<u64> {
-    let mut pool = highwater::pool::CardPool::cuda(total_bytes, total_bytes);
-    let _held = pool.reserve(bytes).ok()?;
-    pool.storage().page_sizes().first().copied()
-}
-
 /// The row that explains a batch cliff on a card of `total_bytes`: the page one activation row
 /// of `row_bytes` per sample takes at the `largest` batch, and at the next.
 pub fn cliff_row(total_bytes: u64, row_bytes: u64, largest: u64) -> Option<[String; 3]> {
-    let at = |batch: u64| page_for(total_bytes, batch * row_bytes);
+    let at = |batch: u64| CardPool::page_for(total_bytes, batch * row_bytes);
     let (here, next) = (at(largest)?, at(largest + 1)?);
     let fills = if here == largest * row_bytes {
         "fills"
@@ -328,15 +321,6 @@ fn schedule_label(s: dryrun::Schedule) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_gib_activation_fills_a_gib_page_and_one_row_more_takes_four() {
-        let row = 8192 * 4;
-        assert_eq!(super::page_for(16 << 30, 32768 * row), Some(1 << 30));
-        assert_eq!(super::page_for(16 << 30, 32769 * row), Some(4 << 30));
-        let r = super::cliff_row(16 << 30, row, 32768).unwrap();
-        assert!(r[2].contains("fills a page of 1 GiB"), "{r:?}");
-    }
-
     use super::*;
     use crate::load::{H200_ATLAS, MODELS};
     use cell_output::Markdown;
@@ -345,8 +329,17 @@ mod tests {
     use situ::band::Agreement;
     use situ::dry::largest_batch;
 
+    #[test]
+    fn a_gib_activation_fills_a_gib_page_and_one_row_more_takes_four() {
+        let row = 8192 * 4;
+        assert_eq!(CardPool::page_for(16 << 30, 32768 * row), Some(1 << 30));
+        assert_eq!(CardPool::page_for(16 << 30, 32769 * row), Some(4 << 30));
+        let r = cliff_row(16 << 30, row, 32768).unwrap();
+        assert!(r[2].contains("fills a page of 1 GiB"), "{r:?}");
+    }
+
     fn repo() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        Book::repository()
     }
 
     /// *Apply it to your job*'s helpers on the encoder, small: a batch that fits a 16 GiB card

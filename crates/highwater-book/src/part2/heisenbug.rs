@@ -52,7 +52,7 @@ mod tests {
 
     #[test]
     fn every_configuration_once_and_record_stream_last() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let t = configurations_table(&book).unwrap();
         let files: Vec<&str> = t.rows().iter().map(|r| r[1].as_str()).collect();
         let unique: BTreeSet<&str> = files.iter().copied().collect();

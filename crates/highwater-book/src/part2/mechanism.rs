@@ -347,13 +347,12 @@ mod tests {
 
     use super::*;
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     #[test]
     fn the_incident_program_frees_index_k_while_the_side_stores_it() {
-        let p = decode_step(&book().graphrace_config("incident").unwrap(), 60);
+        let p = decode_step(
+            &Book::repository().graphrace_config("incident").unwrap(),
+            60,
+        );
         let t = program_table(&p);
         assert_eq!(t.rows().len(), p.ops.len());
         let row = |what: &str, tensors: &str| {
@@ -373,9 +372,9 @@ mod tests {
 
     #[test]
     fn the_shapes_put_bf16_keys_above_the_logits_and_fp8_below() {
-        let text = shapes_text(&book()).unwrap().0;
+        let text = shapes_text(&Book::repository()).unwrap().0;
         assert!(text.contains("bf16 index keys"), "{text}");
-        let p = decode_step(&book().graphrace_config("incident").unwrap(), 1);
+        let p = decode_step(&Book::repository().graphrace_config("incident").unwrap(), 1);
         assert!(row_bytes(&p, "index_k").unwrap() > row_bytes(&p, "logits").unwrap());
         assert!(row_bytes(&p, "no such tensor").is_err());
     }
@@ -383,7 +382,7 @@ mod tests {
     #[test]
     fn at_60_sessions_the_logits_land_on_index_k_unless_recorded() {
         let shared = |name: &str| -> Vec<String> {
-            let c = Captured::new(&book().graphrace_config(name).unwrap(), 60).unwrap();
+            let c = Captured::new(&Book::repository().graphrace_config(name).unwrap(), 60).unwrap();
             let layout = pool_layout(&c.graph).unwrap();
             assert!(layout.iter().any(|p| p.tensor == "index_k"));
             layout
@@ -405,7 +404,7 @@ mod tests {
             jitter_sigma: 0.0,
             ..Timing::default()
         };
-        let cfg = book().graphrace_config("incident").unwrap();
+        let cfg = Book::repository().graphrace_config("incident").unwrap();
         let margin = |s: u32| {
             let c = Captured::new(&cfg, s).unwrap();
             let (store, head) = store_and_lm_head(&c.graph, still).unwrap();
@@ -417,7 +416,7 @@ mod tests {
 
     #[test]
     fn the_rates_read_as_the_report_writes_them() {
-        let experiments = book().experiments().unwrap();
+        let experiments = Book::repository().experiments().unwrap();
         assert_eq!(reported_rate(&experiments, "incident"), "~15–18 %");
         assert_eq!(reported_rate(&experiments, "no-such-model"), "not tried");
         let light = Workload {
@@ -425,7 +424,11 @@ mod tests {
             replays: 20,
             ..Workload::default()
         };
-        let c = Captured::new(&book().graphrace_config("overlap-off").unwrap(), 12).unwrap();
+        let c = Captured::new(
+            &Book::repository().graphrace_config("overlap-off").unwrap(),
+            12,
+        )
+        .unwrap();
         let r = c.rate(Timing::default(), light);
         assert_eq!(sessions_corrupted(&r), "0.0 % (0 of 24)");
         let curve = rate_curve("overlap-off", &[r]);
@@ -435,7 +438,8 @@ mod tests {
 
     #[test]
     fn each_calibrated_number_names_the_rate_it_was_fitted_to() {
-        let t = calibrated_table(&book(), Timing::default(), &Costs::default()).unwrap();
+        let t =
+            calibrated_table(&Book::repository(), Timing::default(), &Costs::default()).unwrap();
         assert_eq!(t.rows().len(), 4);
         assert!(t.rows()[0][2].contains("~15–18 %"), "{:?}", t.rows());
         assert_eq!(t.rows()[3][2], "—");
@@ -443,7 +447,11 @@ mod tests {
 
     #[test]
     fn the_incidents_first_collision_is_the_lm_head_over_index_k() {
-        let c = Captured::new(&book().graphrace_config("incident").unwrap(), 60).unwrap();
+        let c = Captured::new(
+            &Book::repository().graphrace_config("incident").unwrap(),
+            60,
+        )
+        .unwrap();
         let (draw, replay) = c
             .first_racing_replay(Timing::default(), Workload::default())
             .unwrap();
@@ -459,15 +467,18 @@ mod tests {
 
     #[test]
     fn fp8s_races_end_where_its_transient_outgrows_the_20_mib_segment() {
-        let last = fp8_last_shared_segment(&book()).unwrap();
+        let last = fp8_last_shared_segment(&Book::repository()).unwrap();
         // The incident's load is past it: that is why fp8 reads as a fix at 60 sessions.
         assert!(last > 12 && last < 60, "{last}");
-        let text = fp8_segments_text(&book()).unwrap().0;
+        let text = fp8_segments_text(&Book::repository()).unwrap().0;
         assert!(
             text.contains(&format!("From {} sessions", last + 1)),
             "{text}"
         );
-        let p = decode_step(&book().graphrace_config("fp8").unwrap(), last + 1);
+        let p = decode_step(
+            &Book::repository().graphrace_config("fp8").unwrap(),
+            last + 1,
+        );
         assert!(tensor_bytes(&p, "index_k").unwrap() >= MIN_LARGE_ALLOC);
     }
 }

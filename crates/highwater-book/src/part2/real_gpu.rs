@@ -508,12 +508,8 @@ mod tests {
         assert!(points(&serde_json::json!({})).is_err());
     }
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     fn recorded_points() -> (Json, Vec<Point>) {
-        let run = book().graphrace_gpu().unwrap();
+        let run = Book::repository().graphrace_gpu().unwrap();
         let ps = points(&run).unwrap();
         (run, ps)
     }
@@ -531,7 +527,7 @@ mod tests {
     #[test]
     fn only_the_overlap_arm_races_in_the_model_at_60_sessions() {
         let (_, ps) = recorded_points();
-        let t = arms_table(&book(), &ps, 60).unwrap();
+        let t = arms_table(&Book::repository(), &ps, 60).unwrap();
         assert_eq!(t.rows().len(), 4, "{:?}", t.rows());
         for row in t.rows() {
             let racy = row[4] != "no race";
@@ -566,7 +562,7 @@ mod tests {
     #[test]
     fn the_older_layout_keeps_the_logits_on_the_transient() {
         let (_, ps) = recorded_points();
-        let note = layout_note(&book(), &ps).unwrap().0;
+        let note = layout_note(&Book::repository(), &ps).unwrap().0;
         assert!(note.starts_with("The GPU laid the tensors out"), "{note}");
     }
 
@@ -574,10 +570,13 @@ mod tests {
     fn the_gpu_rate_sits_far_above_the_model_and_the_incident() {
         let (_, ps) = recorded_points();
         let overlap = overlap_at_first_stretch(&ps);
-        let t = vs_model_table(&book(), &ps).unwrap();
+        let t = vs_model_table(&Book::repository(), &ps).unwrap();
         assert_eq!(t.rows().len(), overlap.len());
         let at60 = t.rows().iter().find(|r| r[0] == "60").unwrap();
-        assert_eq!(at60[5], book().experiment("incident").unwrap().rate);
+        assert_eq!(
+            at60[5],
+            Book::repository().experiment("incident").unwrap().rate
+        );
         let pct = |c: &str| c.trim_end_matches(" %").parse::<f64>().unwrap();
         assert!(pct(&at60[1]) > 2.0 * pct(&at60[3]), "{at60:?}");
     }
@@ -585,11 +584,11 @@ mod tests {
     #[test]
     fn the_bytes_and_times_name_the_store_and_every_point() {
         let (_, ps) = recorded_points();
-        let cfg = book().graphrace_config("incident").unwrap();
+        let cfg = Book::repository().graphrace_config("incident").unwrap();
         let t = bytes_table(&cfg, 60);
         let kernels: Vec<&str> = t.rows().iter().map(|r| r[0].as_str()).collect();
         assert!(kernels.contains(&"index_k_store") && kernels.contains(&"lm_head"));
-        let t = time_table(&book(), &ps).unwrap();
+        let t = time_table(&Book::repository(), &ps).unwrap();
         assert_eq!(
             t.rows().len(),
             distinct(ps.iter().map(|p| p.sessions)).len()

@@ -97,7 +97,7 @@ mod tests {
     use crate::load::Book;
 
     fn base() -> Config {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         book.graphrace_config("incident").unwrap()
     }
 

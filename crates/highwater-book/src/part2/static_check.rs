@@ -404,13 +404,9 @@ pub fn trust_text(book: &Book) -> Result<Markdown, CellError> {
 mod tests {
     use super::*;
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     #[test]
     fn replays_see_corruption_only_where_the_check_finds_a_race() {
-        let config = book().graphrace_config("incident").unwrap();
+        let config = Book::repository().graphrace_config("incident").unwrap();
         let load_test = Workload {
             trials: 10,
             ..Workload::default()
@@ -428,7 +424,7 @@ mod tests {
 
     #[test]
     fn the_driver_graphs_hold_the_model_kernels_in_its_order() {
-        let book = book();
+        let book = Book::repository();
         let dump = book.graph_dump(crate::load::GRAPH_DUMP).unwrap();
         for g in &dump.graphs {
             let a = against_model(&book.graphrace_config(&g.config).unwrap(), g).unwrap();
@@ -447,7 +443,7 @@ mod tests {
 
     #[test]
     fn the_witness_runs_the_store_and_the_lm_head_at_one_step() {
-        let book = book();
+        let book = Book::repository();
         let dump = book.graph_dump(crate::load::GRAPH_DUMP).unwrap();
         let g = dump.graph("incident").unwrap();
         let races = driver::check(g);
@@ -470,7 +466,7 @@ mod tests {
 
     #[test]
     fn no_variant_the_check_calls_clean_corrupted_on_the_gpu() {
-        let book = book();
+        let book = Book::repository();
         let judged = book.judged_suite().unwrap();
         let rows: Vec<[String; 8]> = judged.iter().map(suite_row).collect();
         assert!(rows.len() > 10, "{rows:?}");
@@ -485,7 +481,7 @@ mod tests {
 
     #[test]
     fn the_trust_text_reads_the_tests_parameters() {
-        let text = trust_text(&book()).unwrap().0;
+        let text = trust_text(&Book::repository()).unwrap().0;
         assert_eq!(text.lines().count(), 2, "{text}");
         assert!(text.contains(" times the calibrated one"), "{text}");
         assert!(text.contains(" sessions, with any other switch."), "{text}");

@@ -233,10 +233,6 @@ mod tests {
     use super::*;
     use highwater::network::{FAMILIES, FORMAT_PAGE, KEYS};
 
-    fn book() -> Book {
-        Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-    }
-
     #[test]
     fn every_key_is_in_a_table() {
         let keys = keys_table().unwrap();
@@ -257,7 +253,7 @@ mod tests {
             );
         }
         assert_eq!(
-            families_table(&book()).unwrap().rows().len(),
+            families_table(&Book::repository()).unwrap().rows().len(),
             FAMILIES.len()
         );
         assert_eq!(limits_table().rows().len(), 4);
@@ -265,7 +261,7 @@ mod tests {
 
     #[test]
     fn every_mistake_is_refused_naming_its_line_and_the_page() {
-        let t = mistakes_table(&book()).unwrap();
+        let t = mistakes_table(&Book::repository()).unwrap();
         assert_eq!(t.rows().len(), MISTAKES.len());
         for row in t.rows() {
             assert!(row[1].starts_with("vit.toml:"), "{row:?}");

@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn the_corrections_rest_on_the_records() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let c = Corrections::of(&book).unwrap();
         // burn-fusion saves one `[N, f]` buffer per expert call, so the saving splits evenly.
         assert!(c.saved > 0 && c.saved.is_multiple_of(c.calls), "{c:?}");

@@ -64,7 +64,7 @@ mod tests {
 
     #[test]
     fn the_situ_arm_sits_just_under_its_threshold_and_the_control_far_under() {
-        let book = crate::Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = crate::Book::repository();
         let (situ, control) = (book.recipe("situ").unwrap(), book.recipe("small").unwrap());
         let s = stand_in(&situ, 1 << 20);
         let c = stand_in(&control, 1 << 20);

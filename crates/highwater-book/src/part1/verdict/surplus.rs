@@ -169,7 +169,7 @@ mod tests {
     /// under balanced checkpointing the fused kernel keeps more (the surplus over it is negative).
     #[test]
     fn the_surplus_table_has_every_source_and_the_signs_the_text_reads() {
-        let book = Book::at(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let book = Book::repository();
         let t = surplus_table(&book).unwrap();
         let rows = t.rows();
         assert_eq!(rows.len(), 7, "{rows:?}");
