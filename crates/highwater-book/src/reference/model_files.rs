@@ -34,15 +34,10 @@ pub fn written(key: &Key) -> String {
     }
 }
 
-/// The families: each table's name, what it builds of burn's modules, what its batch counts,
-/// and the bundled file of that family (checked to be there).
+/// The families: each table's name, what it builds of burn's modules and what its batch
+/// counts; each has a bundled file, `repro/models/TABLE.toml` (checked to be there).
 pub fn families_table(book: &Book) -> Result<Table, CellError> {
-    let mut t = Table::new([
-        "table",
-        "the model, in burn's modules",
-        "batch counts",
-        "bundled",
-    ]);
+    let mut t = Table::new(["table", "the model, in burn's modules", "batch counts"]);
     for f in FAMILY_DOCS {
         let file = format!("repro/models/{}.toml", f.table);
         if !book.path(&file).exists() {
@@ -52,16 +47,16 @@ pub fn families_table(book: &Book) -> Result<Table, CellError> {
             format!("`[{}]`", f.table),
             f.builds.to_string(),
             f.example.to_string(),
-            format!("`{file}`"),
         ]);
     }
     Ok(t)
 }
 
-/// Every key of the architecture tables: the table (families with the same keys share rows),
-/// the key, what it counts, what it may be and what it builds. Every one is required.
+/// Every key of the architecture tables under a row naming its table (families with the same
+/// keys share rows): the key, what it counts, what it may be and what it builds. Every one is
+/// required.
 pub fn keys_table() -> Result<Table, CellError> {
-    let mut t = Table::new(["table", "key", "unit", "allowed", "sets"]);
+    let mut t = Table::new(["key", "unit", "allowed", "sets"]);
     // Families whose keys are the same but for their table's name share one group of rows.
     let mut groups: Vec<(Vec<&str>, Vec<&Key>)> = Vec::new();
     for f in FAMILY_DOCS {
@@ -78,20 +73,18 @@ pub fn keys_table() -> Result<Table, CellError> {
         }
     }
     for (tables, keys) in groups {
-        for (i, k) in keys.iter().enumerate() {
+        let header: Vec<String> = tables.iter().map(|t| format!("`[{t}]`")).collect();
+        t.push([
+            header.join(" "),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]);
+        for k in keys {
             if k.written != Written::Required {
                 return Err(format!("{}: the table says every key is required", k.field).into());
             }
-            let table = match i {
-                0 => tables
-                    .iter()
-                    .map(|t| format!("`[{t}]`"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                _ => String::new(),
-            };
             t.push([
-                table,
                 format!("`{}`", k.name()),
                 k.unit.to_string(),
                 allowed(k),
@@ -237,11 +230,12 @@ mod tests {
     fn every_key_is_in_a_table() {
         let keys = keys_table().unwrap();
         let training = training_table();
-        // The decoder's and the encoder's keys share rows; `batch` is in both tables.
+        // The decoder's and the encoder's keys share rows, each group under a header row (one
+        // fewer than the families); `batch` is in both tables.
         let shared = keys_of("encoder").count();
         assert_eq!(
             keys.rows().len() + training.rows().len(),
-            KEYS.len() - shared + 1
+            KEYS.len() - shared + (FAMILIES.len() - 1) + 1
         );
         assert!(keys.rows()[0][0].contains("[decoder]") && keys.rows()[0][0].contains("[encoder]"));
         for family in FAMILIES {
