@@ -34,19 +34,20 @@ pub fn written(key: &Key) -> String {
     }
 }
 
-/// The families: each table's name, what it builds of burn's modules and what its batch
+/// The families: each table's name, what it builds of burn's modules and what its `batch`
 /// counts; each has a bundled file, `repro/models/TABLE.toml` (checked to be there).
 pub fn families_table(book: &Book) -> Result<Table, CellError> {
-    let mut t = Table::new(["table", "the model, in burn's modules", "batch counts"]);
+    // The name as plain text: a browser may break code anywhere, and gave the name's column
+    // so little room that `[decoder]` broke mid-word.
+    let mut t = Table::new(["table", "the model, in burn's modules; what a batch counts"]);
     for f in FAMILY_DOCS {
         let file = format!("repro/models/{}.toml", f.table);
         if !book.path(&file).exists() {
             return Err(format!("{file} is missing").into());
         }
         t.push([
-            format!("`[{}]`", f.table),
-            f.builds.to_string(),
-            f.example.to_string(),
+            format!("[{}]", f.table),
+            format!("{}; `batch` counts {}", f.builds, f.example),
         ]);
     }
     Ok(t)
