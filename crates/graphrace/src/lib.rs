@@ -19,6 +19,7 @@ pub mod capture;
 pub mod check;
 pub mod config;
 pub mod driver;
+pub mod expandable;
 pub mod pool;
 pub mod program;
 pub mod rates;

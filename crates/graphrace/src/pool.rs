@@ -27,8 +27,14 @@
 //!   under way is held back, unmerged, until the capture ends
 //!   (`needs_events_deferred_until_no_capture`): no request of the capture gets it.
 //!
-//! Left out, because a captured decode step never reaches them: freeing cached segments and
-//! retrying when the device is full, expandable segments, garbage collection and the
+//! - **Free and retry.** With a device limit ([`Pool::with_limit`]), a new segment that would
+//!   pass it first makes the pool give back every cached segment that is one free block
+//!   (`release_cached_blocks`; `release_available_cached_blocks` does nothing while
+//!   `max_split_size` is unlimited), then try once more; only then is it out of memory
+//!   ([`OutOfMemory`]). A segment with any block in use is never given back.
+//!
+//! Expandable segments are [`crate::expandable`]. Left out, because neither Part II's decode
+//! step nor Part III's training step reaches them: garbage collection and the other
 //! `PYTORCH_CUDA_ALLOC_CONF` options.
 
 use std::collections::BTreeMap;
@@ -149,13 +155,69 @@ struct Block {
     state: State,
 }
 
+/// A request the device could not serve, even after the pool gave back its cached segments:
+/// what PyTorch's `OutOfMemoryError` reports, as numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "out of memory: tried to allocate {tried} B with {reserved} B reserved ({allocated} B allocated) under a limit of {limit} B"
+)]
+pub struct OutOfMemory {
+    /// The segment the pool asked the device for (PyTorch's "Tried to allocate"): the request
+    /// after rounding and [`Request::segment`], not the tensor's bytes.
+    pub tried: u64,
+    /// The tensor's bytes.
+    pub requested: u64,
+    /// Bytes in blocks handed out (`allocated_bytes`).
+    pub allocated: u64,
+    /// Bytes in segments the pool holds, after giving back what it could (`reserved_bytes`).
+    pub reserved: u64,
+    /// The device limit the pool was under.
+    pub limit: u64,
+    /// Bytes the give-back returned to the device before the final try.
+    pub released: u64,
+}
+
+/// Peaks since the last [`Pool::reset_peaks`] (PyTorch's `reset_peak_memory_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peaks {
+    /// `max_memory_allocated`.
+    pub allocated: u64,
+    /// `max_memory_reserved`.
+    pub reserved: u64,
+}
+
 /// The pool's blocks by address.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Pool {
     blocks: BTreeMap<u64, Block>,
     next_segment_at: u64,
     segments: u32,
     rules: Rules,
+    /// Segment sizes by segment number, while the pool holds them.
+    held: BTreeMap<u32, u64>,
+    reserved: u64,
+    allocated: u64,
+    limit: u64,
+    peaks: Peaks,
+    /// Bytes given back to the device by free-and-retry, over the pool's life.
+    released: u64,
+}
+
+impl Default for Pool {
+    fn default() -> Pool {
+        Pool {
+            blocks: BTreeMap::new(),
+            next_segment_at: 0,
+            segments: 0,
+            rules: Rules::default(),
+            held: BTreeMap::new(),
+            reserved: 0,
+            allocated: 0,
+            limit: u64::MAX,
+            peaks: Peaks::default(),
+            released: 0,
+        }
+    }
 }
 
 impl Pool {
@@ -172,8 +234,30 @@ impl Pool {
         }
     }
 
-    /// A block for `bytes` on `stream`; returns the block's address range.
+    /// An empty pool under PyTorch's rules on a device that lets it hold at most `limit` bytes
+    /// of segments (what `cudaMalloc` would grant it: the card less the CUDA context and other
+    /// processes, or `set_per_process_memory_fraction`'s cap).
+    pub fn with_limit(limit: u64) -> Pool {
+        Pool {
+            limit,
+            ..Pool::default()
+        }
+    }
+
+    /// A block for `bytes` on `stream`; returns the block's address range. Without a limit it
+    /// cannot fail.
+    ///
+    /// # Panics
+    /// When the pool has a limit and the device is full: use [`Pool::try_alloc`].
     pub fn alloc(&mut self, bytes: u64, stream: Stream) -> Range<u64> {
+        self.try_alloc(bytes, stream)
+            .unwrap_or_else(|e| panic!("{e}: use try_alloc under a limit"))
+    }
+
+    /// A block for `bytes` on `stream`, or why the device could not give one: the free block
+    /// that fits best, else a new segment, else (past the limit) the cached segments given
+    /// back and a new segment tried once more.
+    pub fn try_alloc(&mut self, bytes: u64, stream: Stream) -> Result<Range<u64>, OutOfMemory> {
         let request = Request::under(self.rules, bytes);
         let (size, class) = (request.rounded, request.class);
         let best = self
@@ -184,7 +268,26 @@ impl Pool {
             })
             .min_by_key(|(addr, b)| (b.size, **addr))
             .map(|(addr, _)| *addr);
-        let addr = best.unwrap_or_else(|| self.new_segment(request, stream));
+        let addr = match best {
+            Some(addr) => addr,
+            None => {
+                let mut released = 0;
+                if self.reserved + request.segment > self.limit {
+                    released = self.release_cached();
+                }
+                if self.reserved + request.segment > self.limit {
+                    return Err(OutOfMemory {
+                        tried: request.segment,
+                        requested: bytes,
+                        allocated: self.allocated,
+                        reserved: self.reserved,
+                        limit: self.limit,
+                        released,
+                    });
+                }
+                self.new_segment(request, stream)
+            }
+        };
         let block = self.blocks.get_mut(&addr).expect("a free block was found");
         let rest = block.size - size;
         let split = request.splits(block.size);
@@ -198,7 +301,10 @@ impl Pool {
             };
             self.blocks.insert(addr + size, tail);
         }
-        addr..addr + self.blocks[&addr].size
+        let size = self.blocks[&addr].size;
+        self.allocated += size;
+        self.peaks.allocated = self.peaks.allocated.max(self.allocated);
+        Ok(addr..addr + size)
     }
 
     fn new_segment(&mut self, request: Request, stream: Stream) -> u64 {
@@ -206,6 +312,9 @@ impl Pool {
         let addr = self.next_segment_at;
         self.next_segment_at += bytes;
         self.segments += 1;
+        self.held.insert(self.segments, bytes);
+        self.reserved += bytes;
+        self.peaks.reserved = self.peaks.reserved.max(self.reserved);
         self.blocks.insert(
             addr,
             Block {
@@ -227,6 +336,7 @@ impl Pool {
             .get_mut(&addr)
             .expect("freeing a block we handed out");
         assert_eq!(block.state, State::Used, "block at {addr:#x} freed twice");
+        self.allocated -= block.size;
         if recorded {
             block.state = State::Deferred;
             return;
@@ -269,9 +379,52 @@ impl Pool {
         }
     }
 
-    /// Bytes the pool holds from the device.
+    /// Gives back to the device every segment that is one free block, whole (PyTorch's
+    /// `release_cached_blocks`, also `torch.cuda.empty_cache()`); returns the bytes given back.
+    pub fn release_cached(&mut self) -> u64 {
+        let whole: Vec<(u64, u32)> = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| b.state == State::Free && self.held.get(&b.segment) == Some(&b.size))
+            .map(|(addr, b)| (*addr, b.segment))
+            .collect();
+        let mut released = 0;
+        for (addr, segment) in whole {
+            self.blocks.remove(&addr);
+            released += self.held.remove(&segment).expect("listed above");
+        }
+        self.reserved -= released;
+        self.released += released;
+        released
+    }
+
+    /// Bytes the pool holds from the device (`memory_reserved`).
     pub fn reserved(&self) -> u64 {
-        self.next_segment_at
+        self.reserved
+    }
+
+    /// Bytes in blocks handed out and not freed (`memory_allocated`): whole blocks, so a
+    /// request's rounding and an unsplit remainder count.
+    pub fn allocated(&self) -> u64 {
+        self.allocated
+    }
+
+    /// The peaks since the last [`Pool::reset_peaks`].
+    pub fn peaks(&self) -> Peaks {
+        self.peaks
+    }
+
+    /// Starts the peaks again from now (`torch.cuda.reset_peak_memory_stats`).
+    pub fn reset_peaks(&mut self) {
+        self.peaks = Peaks {
+            allocated: self.allocated,
+            reserved: self.reserved,
+        };
+    }
+
+    /// Bytes free-and-retry gave back to the device over the pool's life.
+    pub fn released(&self) -> u64 {
+        self.released
     }
 }
 
@@ -477,5 +630,68 @@ mod tests {
         pool.end_capture();
         pool.free(b.start, false);
         assert_eq!(pool.alloc(20 * MIB, Main), 0..20 * MIB, "now it has");
+    }
+
+    #[test]
+    fn allocated_counts_whole_blocks_and_peaks_restart_on_reset() {
+        let mut pool = Pool::new();
+        // 19 MiB takes the whole 20 MiB segment (1 MiB would remain): 20 MiB allocated.
+        let a = pool.alloc(19 * MIB, Main);
+        let b = pool.alloc(300, Main);
+        assert_eq!(pool.allocated(), 20 * MIB + 512);
+        pool.free(a.start, false);
+        assert_eq!(pool.allocated(), 512);
+        assert_eq!(
+            pool.peaks(),
+            Peaks {
+                allocated: 20 * MIB + 512,
+                reserved: 22 * MIB
+            }
+        );
+        pool.reset_peaks();
+        assert_eq!(pool.peaks().allocated, 512);
+        pool.free(b.start, true);
+        assert_eq!(pool.allocated(), 0, "a recorded free counts at once");
+    }
+
+    #[test]
+    fn a_full_device_gives_back_whole_free_segments_then_retries() {
+        let mut pool = Pool::with_limit(50 * MIB);
+        let a = pool.alloc(30 * MIB, Main);
+        let b = pool.alloc(12 * MIB, Main);
+        pool.free(a.start, false);
+        // 36 MiB do not fit the free 30 MiB segment, and 42 + 36 > 50: the free 30 MiB
+        // segment goes back to the device, then 12 + 36 fits.
+        let c = pool.try_alloc(36 * MIB, Main).unwrap();
+        assert_eq!(pool.reserved(), 48 * MIB);
+        assert_eq!(pool.released(), 30 * MIB);
+        assert!(c.start >= b.end, "a new segment, at a new address");
+        // A segment with a block in use is never given back: 48 + 4 > 50 after the retry.
+        let err = pool.try_alloc(4 * MIB, Side).unwrap_err();
+        assert_eq!(
+            err,
+            OutOfMemory {
+                tried: 20 * MIB,
+                requested: 4 * MIB,
+                allocated: 48 * MIB,
+                reserved: 48 * MIB,
+                limit: 50 * MIB,
+                released: 0,
+            }
+        );
+        assert_eq!(pool.reserved(), 48 * MIB, "nothing lost by the refusal");
+    }
+
+    #[test]
+    fn a_split_segment_with_a_free_remainder_stays_cached() {
+        // 4 MiB in a 20 MiB segment: the 16 MiB remainder is free but its segment is in use.
+        let mut pool = Pool::with_limit(30 * MIB);
+        let _a = pool.alloc(4 * MIB, Main);
+        let err = pool.try_alloc(18 * MIB, Main).unwrap_err();
+        assert_eq!(
+            (err.tried, err.reserved, err.allocated),
+            (18 * MIB, 20 * MIB, 4 * MIB)
+        );
+        assert_eq!(pool.release_cached(), 0);
     }
 }

@@ -59,6 +59,7 @@ pub mod text;
 pub mod apply;
 pub mod method;
 pub mod primer;
+pub mod pytorch;
 
 pub mod part1;
 pub mod part2;

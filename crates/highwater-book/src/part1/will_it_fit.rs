@@ -27,7 +27,7 @@ mod job;
 #[cfg(test)]
 use atlas::miss_policy_text;
 pub use atlas::{FromAtlas, RecordedModel};
-pub use job::{Job, by_phase, death, search_row, transformer_tensors};
+pub use job::{Job, by_phase, death, death_reading, search_row, transformer_tensors};
 
 /// burn-cubecl's CubeBackend on the dry runtime: its figures are the same on every run
 /// (burn-fusion's bytes reserved are not; see the transformer on the page).
@@ -363,6 +363,9 @@ mod tests {
         assert!(death.contains("[16, 512, 30592] × 4 bytes"), "{death}");
         assert!(death.contains("1 GiB"), "{death}");
         assert!(super::death(&network, &fits).is_err());
+        let reading = death_reading(&network, &dies).unwrap().0;
+        assert!(reading.contains("*When*: step 1, so"), "{reading}");
+        assert!(death_reading(&network, &fits).is_err());
         let phases = by_phase(job.capacity(), &[("b2".into(), fits.clone())]);
         assert_eq!(phases.rows().len() as u64, Job::STEPS);
         let tensors = transformer_tensors(&job.at(16, Checkpointing::None).unwrap())

@@ -2,11 +2,12 @@
 //!
 //! The chapter's cells build the incident's decode step, capture it and replay it; those calls
 //! stay on the page. What lives here is the plumbing around them: a host program or a replay
-//! turned into a table or a timeline, a tensor looked up by name, and the two paragraphs that
-//! read the configurations' shapes and segment sizes (each checking the claims it makes).
+//! turned into a table or a timeline, a tensor looked up by name, the incident's load, and the
+//! paragraphs that read the configurations' shapes and segment sizes (each checking the claims
+//! it makes).
 
 use cell_output::{CellError, Markdown, Table};
-use graphrace::pool::{LARGE_SEGMENT, MIN_LARGE_ALLOC, Request};
+use graphrace::pool::{LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND_LARGE, Request};
 use graphrace::program::{Home, Op, TensorId};
 use graphrace::replay::Span;
 use graphrace::{
@@ -56,10 +57,26 @@ pub fn tensor_bytes(p: &Program, name: &str) -> Result<u64, CellError> {
     Ok(p.bytes(tensor(p, name)?))
 }
 
+/// The sessions of the incident's load test, as the incident report gives its load (`60
+/// sessions × 4 rounds`): the load the chapter's tables and figures are drawn at.
+pub fn incident_sessions(book: &Book) -> Result<u32, CellError> {
+    let incident = book.experiment("incident")?;
+    match incident.sessions()[..] {
+        [sessions] => Ok(sessions),
+        _ => Err(format!(
+            "the incident's load `{}` is not one session count",
+            incident.load
+        )
+        .into()),
+    }
+}
+
 /// The host program `p` as a table, one row per host action in issue order: the action, its
-/// stream, the tensors it names (a launch: reads → writes) and the bytes an allocation takes.
+/// stream, the tensors it names (a launch: reads → writes) and the bytes an allocation takes
+/// at `p`'s sessions (named in the column's header).
 pub fn program_table(p: &Program) -> Table {
-    let mut t = Table::new(["#", "host action", "stream", "tensor(s)", "bytes"]);
+    let bytes = format!("bytes at {} sessions", p.sessions);
+    let mut t = Table::new(["#", "host action", "stream", "tensor(s)", bytes.as_str()]);
     for (i, op) in p.ops.iter().enumerate() {
         let (what, stream, tensors, bytes) = match op {
             Op::Alloc { tensor, stream } => (
@@ -144,6 +161,34 @@ pub fn shapes_text(book: &Book) -> Result<Markdown, CellError> {
         bytes::show(bf16),
         bytes::show(logits),
         bytes::show(fp8_keys),
+    )))
+}
+
+/// The paragraph on why the freed bf16 transient takes the logits, at the incident's load read
+/// from the incident report and the sizes from the incident configuration and graphrace's
+/// allocator constants. It checks what it says: the transient is at least [`MIN_LARGE_ALLOC`],
+/// so its segment is its size rounded up to [`ROUND_LARGE`], and capture puts the logits on it.
+pub fn bf16_segment_text(book: &Book) -> Result<Markdown, CellError> {
+    let sessions = incident_sessions(book)?;
+    let cfg = book.graphrace_config("incident")?;
+    let keys = tensor_bytes(&decode_step(&cfg, sessions), "index_k")?;
+    let segment = Request::new(keys).segment;
+    if keys < MIN_LARGE_ALLOC || segment != keys.next_multiple_of(ROUND_LARGE) {
+        return Err(format!("the bf16 transient's segment is not its own size ({keys} B)").into());
+    }
+    let graph = Captured::new(&cfg, sessions)?.graph;
+    let sharing = graph.sharing_bytes_with("index_k");
+    if !sharing.iter().any(|&t| graph.tensor_name(t) == "logits") {
+        return Err(format!("at {sessions} sessions the logits do not land on index_k").into());
+    }
+    Ok(Markdown(format!(
+        "The allocator does not know that the side is still reading `index_k` unless told with \
+         `record_stream`. At the incident's load, {sessions} sessions, the bf16 transient is {}, \
+         not under {}, so its segment is its own size rounded up to {}; freed, it is the best fit \
+         for the next main-stream request of about that size.",
+        bytes::show(keys),
+        bytes::show(MIN_LARGE_ALLOC),
+        bytes::show(ROUND_LARGE),
     )))
 }
 
@@ -267,8 +312,9 @@ pub fn calibrated_table(book: &Book, timing: Timing, costs: &Costs) -> Result<Ta
         ]))
 }
 
-/// Replay `draw` of graph `g` as a timeline: one lane per stream, each kernel a span, and each
-/// collision shaded and labelled with the writer, the tensor it overwrote and the sessions lost.
+/// Replay `draw` of graph `g` as a timeline, titled with the graph's sessions: one lane per
+/// stream, each kernel a span, and each collision shaded and labelled with the writer, the
+/// tensor it overwrote and the sessions lost.
 pub fn collision_timeline(g: &Graph, draw: Draw, replay: &Replay) -> Timeline {
     let lane = |s: Stream| Lane {
         label: format!("{} stream", s.name()),
@@ -295,21 +341,24 @@ pub fn collision_timeline(g: &Graph, draw: Draw, replay: &Replay) -> Timeline {
         })
         .collect();
     Timeline {
-        title: format!("Trial {}, replay {}: a collision", draw.trial, draw.replay),
+        title: format!(
+            "{} sessions, trial {}, replay {}: a collision",
+            g.sessions, draw.trial, draw.replay
+        ),
         x_desc: "µs into the replay".into(),
         lanes: vec![lane(Stream::Main), lane(Stream::Side)],
         marks,
     }
 }
 
-/// The most sessions at which fp8's transient `index_k` still gets a 20 MiB segment, read
-/// from the fp8 configuration. It checks what the chapter says of it: the check finds a race
-/// there and none a session later, and the logits fit that segment.
+/// The most sessions at which fp8's transient `index_k` is still under [`MIN_LARGE_ALLOC`], so
+/// gets a [`LARGE_SEGMENT`], read from the fp8 configuration. It checks what the chapter says of
+/// it: the check finds a race there and none a session later, and the logits fit that segment.
 pub fn fp8_last_shared_segment(book: &Book) -> Result<u32, CellError> {
     let cfg = book.graphrace_config("fp8")?;
     let p = decode_step(&cfg, 1);
     let (keys, logits) = (row_bytes(&p, "index_k")?, row_bytes(&p, "logits")?);
-    // The most sessions whose fp8 transient is still under 10 MiB, so gets a 20 MiB segment.
+    // The most sessions whose fp8 transient is still under MIN_LARGE_ALLOC.
     let last = ((MIN_LARGE_ALLOC - 1) / keys) as u32;
     let races = |s: u32| -> Result<usize, CellError> {
         Ok(Captured::new(&cfg, s)?.check().races().count())
@@ -319,15 +368,21 @@ pub fn fp8_last_shared_segment(book: &Book) -> Result<u32, CellError> {
         return Err(format!("fp8's races do not end at {last} sessions").into());
     }
     if logits * u64::from(last) > LARGE_SEGMENT {
-        return Err("the logits no longer fit a 20 MiB segment".into());
+        return Err("the logits no longer fit a large segment".into());
     }
     Ok(last)
 }
 
-/// The paragraph on where fp8's zero ends: the segment sizes, from the fp8 configuration and
-/// the allocator's constants, at [`fp8_last_shared_segment`].
+/// The paragraph that opens *Where fp8's race returns*: why fp8 keys are clean at the
+/// incident's load. Up to [`fp8_last_shared_segment`] sessions (whose checks it relies on) the
+/// fp8 transient is under [`MIN_LARGE_ALLOC`] and gets a [`LARGE_SEGMENT`] that the logits fit;
+/// a session more and it gets a segment of its own size. The sizes come from the fp8
+/// configuration and graphrace's allocator constants.
 pub fn fp8_segments_text(book: &Book) -> Result<Markdown, CellError> {
     let last = fp8_last_shared_segment(book)?;
+    if incident_sessions(book)? <= last {
+        return Err("the incident's load no longer gives fp8's transient its own segment".into());
+    }
     let logits = row_bytes(&decode_step(&book.graphrace_config("fp8")?, 1), "logits")?;
     Ok(Markdown(format!(
         "fp8 keys are clean at the incident's load because of sizes, not ordering. Up to {last} \
@@ -347,14 +402,23 @@ mod tests {
 
     use super::*;
 
+    /// The incident's load, as the report gives it.
+    fn load() -> u32 {
+        incident_sessions(&Book::repository()).unwrap()
+    }
+
     #[test]
     fn the_incident_program_frees_index_k_while_the_side_stores_it() {
         let p = decode_step(
             &Book::repository().graphrace_config("incident").unwrap(),
-            60,
+            load(),
         );
         let t = program_table(&p);
         assert_eq!(t.rows().len(), p.ops.len());
+        assert!(
+            t.to_html()
+                .contains(&format!("bytes at {} sessions", load()))
+        );
         let row = |what: &str, tensors: &str| {
             t.rows()
                 .iter()
@@ -380,9 +444,39 @@ mod tests {
     }
 
     #[test]
-    fn at_60_sessions_the_logits_land_on_index_k_unless_recorded() {
+    fn the_incidents_load_is_the_reports_60_sessions() {
+        assert_eq!(load(), 60);
+        let text = bf16_segment_text(&Book::repository()).unwrap().0;
+        // 60 sessions of bf16 keys: over the 10 MiB below which a segment is 20 MiB, so the
+        // segment is the transient's own size, a multiple of 2 MiB.
+        let keys = tensor_bytes(
+            &decode_step(
+                &Book::repository().graphrace_config("incident").unwrap(),
+                60,
+            ),
+            "index_k",
+        )
+        .unwrap();
+        assert!(keys >= MIN_LARGE_ALLOC, "{keys}");
+        assert_eq!(
+            Request::new(keys).segment,
+            keys.next_multiple_of(ROUND_LARGE)
+        );
+        for said in [
+            "60 sessions".to_string(),
+            format!("the bf16 transient is {}", bytes::show(keys)),
+            "not under 10 MiB".to_string(),
+            "rounded up to 2 MiB".to_string(),
+        ] {
+            assert!(text.contains(&said), "{said:?} not in {text}");
+        }
+    }
+
+    #[test]
+    fn at_the_incidents_load_the_logits_land_on_index_k_unless_recorded() {
         let shared = |name: &str| -> Vec<String> {
-            let c = Captured::new(&Book::repository().graphrace_config(name).unwrap(), 60).unwrap();
+            let cfg = Book::repository().graphrace_config(name).unwrap();
+            let c = Captured::new(&cfg, load()).unwrap();
             let layout = pool_layout(&c.graph).unwrap();
             assert!(layout.iter().any(|p| p.tensor == "index_k"));
             layout
@@ -449,7 +543,7 @@ mod tests {
     fn the_incidents_first_collision_is_the_lm_head_over_index_k() {
         let c = Captured::new(
             &Book::repository().graphrace_config("incident").unwrap(),
-            60,
+            load(),
         )
         .unwrap();
         let (draw, replay) = c
@@ -457,6 +551,11 @@ mod tests {
             .unwrap();
         let timeline = collision_timeline(&c.graph, draw, &replay);
         assert_eq!(timeline.lanes.len(), 2);
+        assert!(
+            timeline.title.starts_with("60 sessions, trial "),
+            "{}",
+            timeline.title
+        );
         assert!(!timeline.marks.is_empty());
         assert!(
             timeline.marks[0].label.starts_with("lm_head over index_k"),
@@ -469,7 +568,7 @@ mod tests {
     fn fp8s_races_end_where_its_transient_outgrows_the_20_mib_segment() {
         let last = fp8_last_shared_segment(&Book::repository()).unwrap();
         // The incident's load is past it: that is why fp8 reads as a fix at 60 sessions.
-        assert!(last > 12 && last < 60, "{last}");
+        assert!(last > 12 && last < load(), "{last}");
         let text = fp8_segments_text(&Book::repository()).unwrap().0;
         assert!(
             text.contains(&format!("From {} sessions", last + 1)),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cell_output::{CellError, Table};
+use cell_output::{CellError, Markdown, Table};
 use dryrun::{Atlas, CardProfile, OnRefusal, TieBreak};
 use highwater::network::{Arch, Network};
 use highwater::recipe::{Checkpointing, written_name};
@@ -133,6 +133,41 @@ pub fn death(network: &Network, outcome: &DryOutcome) -> Result<Table, CellError
             ),
         ])
         .row(["burn's error", &format!("`{error}`")]))
+}
+
+/// How *Apply it to your job* reads [`death`] with the method's first two steps, from the same
+/// run: *when* (the step, which says the job never fitted) and *which tensor* (the refused
+/// reservation, a row as wide as the vocabulary per position). It checks each claim: the run
+/// died in its first step; the reservation, not the page, is the tensor; it divides into the
+/// step's positions of 4-byte elements as the vocabulary padded by under 1 %; the death came out
+/// of the matmul autotuner.
+pub fn death_reading(network: &Network, outcome: &DryOutcome) -> Result<Markdown, CellError> {
+    let d = outcome.died.as_ref().ok_or("the run did not die")?;
+    if d.step != 1 {
+        return Err(format!("the run died in step {}: it fitted once", d.step).into());
+    }
+    let first = outcome.refused.iter().find(|r| r.step == d.step);
+    let oom = &first.ok_or("the death refused no page")?.out_of_memory;
+    let (Arch::Decoder(s) | Arch::Encoder(s)) = &network.arch else {
+        return Err(format!("{} has no vocabulary", network.arch.family()).into());
+    };
+    let positions = network.tokens() * 4;
+    let width = oom.requested / positions;
+    let logits = oom.requested % positions == 0 && width >= s.vocab && width * 100 < s.vocab * 101;
+    if oom.page == oom.requested || !logits {
+        return Err(format!("the refused {} B are not the padded logits", oom.requested).into());
+    }
+    if !d.message.contains("MatmulAutotuneKey") {
+        return Err("the death did not come out of the matmul autotuner".into());
+    }
+    Ok(Markdown(format!(
+        "Read it with the method's first two steps. *When*: step {}, so this job never fitted: \
+         no leak to chase (a death at step 300 is [another story](part-1/wall.md)). *Which \
+         tensor*: an out-of-memory error often names the pool's page; the reservation is the \
+         tensor, a row as wide as the vocabulary per position of four-byte floats: the logits, \
+         padded by the matmul kernel being tuned when the page was refused.",
+        d.step
+    )))
 }
 
 /// Per run and step: bytes in use after forward and after backward, the peak, bytes reserved

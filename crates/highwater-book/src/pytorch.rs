@@ -1,0 +1,521 @@
+//! *Reading a PyTorch OOM* (`src/pytorch.md`): Part I's training step as the simulator replays
+//! it, every reservation and release in the pool's order, replayed once more through PyTorch's
+//! caching allocator as graphrace models it ([`graphrace::pool`], and
+//! [`graphrace::expandable`] for `expandable_segments:True`). Same requests, PyTorch's rules:
+//! what `torch.cuda` would have reported, step by step, and the error it would have raised.
+
+use std::collections::HashMap;
+
+use basics::bytes;
+use cell_output::{CellError, Table};
+use graphrace::Stream;
+use graphrace::expandable::ExpandablePool;
+use graphrace::pool::{OutOfMemory, Pool};
+use highwater::RunReport;
+use highwater::memtrace::{Action, MemTrace};
+use highwater::recipe::{Card, Recipe};
+
+/// `PYTORCH_CUDA_ALLOC_CONF`: the allocator's two layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conf {
+    /// The default: a segment per `cudaMalloc`.
+    Default,
+    /// `expandable_segments:True`: one growing segment per stream and pool half.
+    Expandable,
+}
+
+impl Conf {
+    /// As a reader sets it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Conf::Default => "default",
+            Conf::Expandable => "expandable_segments:True",
+        }
+    }
+}
+
+enum Allocator {
+    Default(Pool),
+    Expandable(ExpandablePool),
+}
+
+impl Allocator {
+    fn new(conf: Conf, limit: u64) -> Allocator {
+        match conf {
+            Conf::Default => Allocator::Default(Pool::with_limit(limit)),
+            Conf::Expandable => Allocator::Expandable(ExpandablePool::with_limit(limit)),
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<u64, OutOfMemory> {
+        match self {
+            Allocator::Default(p) => p.try_alloc(bytes, Stream::Main).map(|r| r.start),
+            Allocator::Expandable(p) => p.try_alloc(bytes, Stream::Main).map(|r| r.start),
+        }
+    }
+
+    fn free(&mut self, addr: u64) {
+        match self {
+            Allocator::Default(p) => p.free(addr, false),
+            Allocator::Expandable(p) => p.free(addr),
+        }
+    }
+
+    /// `(max_memory_allocated, max_memory_reserved)` since the last reset, then resets them.
+    fn take_peaks(&mut self) -> (u64, u64) {
+        let peaks = match self {
+            Allocator::Default(p) => p.peaks(),
+            Allocator::Expandable(p) => p.peaks(),
+        };
+        match self {
+            Allocator::Default(p) => p.reset_peaks(),
+            Allocator::Expandable(p) => p.reset_peaks(),
+        }
+        (peaks.allocated, peaks.reserved)
+    }
+
+    fn released(&self) -> u64 {
+        match self {
+            Allocator::Default(p) => p.released(),
+            Allocator::Expandable(p) => p.released(),
+        }
+    }
+}
+
+/// One step as `torch.cuda` reports it, peaks reset at the step's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepFigures {
+    /// 1-based step.
+    pub step: u64,
+    /// `max_memory_allocated()`.
+    pub max_allocated: u64,
+    /// `max_memory_reserved()`.
+    pub max_reserved: u64,
+    /// Bytes free-and-retry had given back to the device by the step's end, since the start.
+    pub released: u64,
+}
+
+/// The request PyTorch could not serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Oom {
+    /// The step it came in.
+    pub step: u64,
+    /// The tensor that asked, and the op that made it.
+    pub tensor: String,
+    /// See [`Oom::tensor`].
+    pub op: String,
+    /// The allocator's figures at the refusal.
+    pub error: OutOfMemory,
+}
+
+/// A trace replayed under one [`Conf`] until its end or the first out-of-memory error (PyTorch
+/// raises it at the request: the step stops there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replay {
+    /// The layout.
+    pub conf: Conf,
+    /// Every step that ended, then the one that raised, if any.
+    pub steps: Vec<StepFigures>,
+    /// The error, if one was raised.
+    pub oom: Option<Oom>,
+}
+
+/// Replays `trace` through PyTorch's allocator under `conf`, on a device that lets it hold
+/// `limit` bytes. Every request of the trace is made, a refused one included (the program
+/// asked for it; CubeCL's refusal is its pool's, not PyTorch's).
+pub fn replay(trace: &MemTrace, conf: Conf, limit: u64) -> Replay {
+    let mut allocator = Allocator::new(conf, limit);
+    let mut at: HashMap<u64, u64> = HashMap::new();
+    let mut steps = Vec::new();
+    let mut step = 0;
+    let close = |allocator: &mut Allocator, step: u64, steps: &mut Vec<StepFigures>| {
+        let (max_allocated, max_reserved) = allocator.take_peaks();
+        if step > 0 {
+            steps.push(StepFigures {
+                step,
+                max_allocated,
+                max_reserved,
+                released: allocator.released(),
+            });
+        }
+    };
+    for e in &trace.events {
+        if e.step != step {
+            close(&mut allocator, step, &mut steps);
+            step = e.step;
+        }
+        match e.action {
+            Action::Live | Action::Reserve | Action::OutOfMemory => {
+                match allocator.alloc(e.bytes) {
+                    Ok(addr) => {
+                        at.insert(e.alloc, addr);
+                    }
+                    Err(error) => {
+                        close(&mut allocator, step, &mut steps);
+                        let label = trace.label(e);
+                        let oom = Oom {
+                            step,
+                            tensor: label.tensor.clone(),
+                            op: label.op.clone(),
+                            error,
+                        };
+                        return Replay {
+                            conf,
+                            steps,
+                            oom: Some(oom),
+                        };
+                    }
+                }
+            }
+            Action::Free => {
+                if let Some(addr) = at.remove(&e.alloc) {
+                    allocator.free(addr);
+                }
+            }
+            Action::PageHeld | Action::PageAlloc | Action::PageRelease => {}
+        }
+    }
+    close(&mut allocator, step, &mut steps);
+    Replay {
+        conf,
+        steps,
+        oom: None,
+    }
+}
+
+/// The trainer's device limit on `card` with another process holding `others` bytes: what
+/// `cudaMalloc` can give before it fails (the card less the desktop, the trainer's CUDA context
+/// and the other process).
+pub fn limit(card: &Card, others: u64) -> Result<u64, CellError> {
+    card.pool_capacity()
+        .checked_sub(others)
+        .ok_or_else(|| "the other process holds more than the card has left".into())
+}
+
+/// Steps `shown` of `report` (CubeCL's pool, from the simulator) beside the same requests under
+/// PyTorch's allocator, both layouts, each replayed on `limit`.
+pub fn steps_table(report: &RunReport, trace: &MemTrace, limit: u64, shown: &[u64]) -> Table {
+    let replays = [Conf::Default, Conf::Expandable].map(|c| replay(trace, c, limit));
+    let mut t = Table::new([
+        "step",
+        "CubeCL: peak in use",
+        "CubeCL: reserved",
+        "PyTorch: max allocated",
+        "PyTorch: max reserved",
+        "expandable: max reserved",
+    ]);
+    for &step in shown {
+        let i = (step - 1) as usize;
+        let at = |r: &Replay| r.steps.iter().find(|s| s.step == step).copied();
+        let (Some(d), Some(x)) = (at(&replays[0]), at(&replays[1])) else {
+            continue;
+        };
+        let cube = |v: &[u64]| v.get(i).map_or("-".into(), |b| bytes::show(*b));
+        t.push([
+            step.to_string(),
+            cube(&report.peak_in_use),
+            cube(&report.reserved),
+            bytes::show(d.max_allocated),
+            bytes::show(d.max_reserved),
+            bytes::show(x.max_reserved),
+        ]);
+    }
+    t
+}
+
+/// How a replay ended, for a table cell: the step that raised and what it tried, or the last
+/// step and its bytes reserved, with what free-and-retry gave back.
+pub fn outcome(replay: &Replay) -> String {
+    let released = replay.steps.last().map_or(0, |s| s.released);
+    let gave_back = if released > 0 {
+        format!("; gave back {} on the way", bytes::show(released))
+    } else {
+        String::new()
+    };
+    match (&replay.oom, replay.steps.last()) {
+        (Some(oom), _) => format!(
+            "out of memory in step {}, trying {}{gave_back}",
+            oom.step,
+            bytes::show(oom.error.tried)
+        ),
+        (None, Some(last)) => format!(
+            "lives to step {}, {} reserved{gave_back}",
+            last.step,
+            bytes::show(last.max_reserved)
+        ),
+        (None, None) => "no step ran".into(),
+    }
+}
+
+/// For each amount in `others`, the SiTU arm's recipe with another process holding it: the
+/// first refusal of CubeCL's pool (the simulator, `recipe`'s card less `others`) and how
+/// PyTorch's allocator fares on the same requests (`trace`), in both layouts.
+pub fn tenants_table(
+    recipe: &Recipe,
+    seed: u64,
+    trace: &MemTrace,
+    others: &[u64],
+) -> Result<Table, CellError> {
+    let mut t = Table::new([
+        "another process holds",
+        "CubeCL's pool",
+        "PyTorch, default",
+        "PyTorch, expandable_segments:True",
+    ]);
+    for &extra in others {
+        let limit = limit(&recipe.card, extra)?;
+        let mut r = recipe.clone();
+        r.card.desktop_bytes += extra;
+        let cube = highwater::run::simulate(&r, seed, trace.last_step);
+        let cube = match cube.failures.first() {
+            Some(f) => format!("refuses a page in step {}", f.step),
+            None => format!("lives to step {}", trace.last_step),
+        };
+        t.push([
+            bytes::show(extra),
+            cube,
+            outcome(&replay(trace, Conf::Default, limit)),
+            outcome(&replay(trace, Conf::Expandable, limit)),
+        ]);
+    }
+    Ok(t)
+}
+
+/// PyTorch's `format_size`: bytes up to 1 KiB, then KiB, MiB or GiB with two decimals.
+pub fn format_size(b: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = b as f64;
+    match b {
+        0..=1024 => format!("{b} bytes"),
+        1025..=1_048_576 => format!("{:.2} KiB", f / KIB),
+        1_048_577..=1_073_741_824 => format!("{:.2} MiB", f / (KIB * KIB)),
+        _ => format!("{:.2} GiB", f / (KIB * KIB * KIB)),
+    }
+}
+
+/// The figures PyTorch's message is made of, as `DeviceCachingAllocator::malloc` computes them
+/// on `card` with another process holding `others`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomFigures {
+    /// "Tried to allocate": the segment or pages asked of the device.
+    pub tried: u64,
+    /// The card's memory (`cudaMemGetInfo`'s total).
+    pub total: u64,
+    /// What the device had free after the allocator gave back what it could.
+    pub free: u64,
+    /// The process's memory (NVML): the allocator's segments and the CUDA context.
+    pub process: u64,
+    /// Bytes in blocks handed out.
+    pub allocated: u64,
+    /// Segments' bytes not handed out: cached free blocks the give-back could not return.
+    pub unallocated: u64,
+}
+
+impl OomFigures {
+    /// The figures of `error` on `card`.
+    pub fn of(error: &OutOfMemory, card: &Card) -> OomFigures {
+        OomFigures {
+            tried: error.tried,
+            total: card.total_bytes,
+            free: error.limit - error.reserved,
+            process: error.reserved + card.cuda_context_bytes,
+            allocated: error.allocated,
+            unallocated: error.reserved - error.allocated,
+        }
+    }
+
+    /// The message, word for word as PyTorch 2.x raises it on device 0.
+    pub fn message(&self) -> String {
+        format!(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {}. GPU 0 has a total \
+             capacity of {} of which {} is free. Including non-PyTorch memory, this process has \
+             {} memory in use. Of the allocated memory {} is allocated by PyTorch, and {} is \
+             reserved by PyTorch but unallocated. If reserved but unallocated memory is large try \
+             setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  \
+             See documentation for Memory Management  \
+             (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+            format_size(self.tried),
+            format_size(self.total),
+            format_size(self.free),
+            format_size(self.process),
+            format_size(self.allocated),
+            format_size(self.unallocated),
+        )
+    }
+}
+
+/// The message's figures one by one, with what each is in this run.
+pub fn reading_table(oom: &Oom, card: &Card, others: u64) -> Table {
+    let f = OomFigures::of(&oom.error, card);
+    let outside = card.total_bytes - f.free - f.process;
+    Table::new(["the message says", "it is"])
+        .row([
+            format!("Tried to allocate {}", format_size(f.tried)),
+            if f.tried == oom.error.requested {
+                format!(
+                    "the segment asked of the device; here the tensor's own size (from 10 MiB a \
+                     segment is the request rounded up to 2 MiB): `{}` ({})",
+                    oom.tensor, oom.op
+                )
+            } else {
+                format!(
+                    "the segment asked of the device, not the tensor: `{}` ({}) wanted {}",
+                    oom.tensor,
+                    oom.op,
+                    bytes::show(oom.error.requested)
+                )
+            },
+        ])
+        .row([
+            format!("of which {} is free", format_size(f.free)),
+            "what the device had left after the allocator gave back every cached segment it could"
+                .into(),
+        ])
+        .row([
+            format!("this process has {} memory in use", format_size(f.process)),
+            format!(
+                "bytes reserved ({}) plus the CUDA context ({})",
+                bytes::show(oom.error.reserved),
+                bytes::show(card.cuda_context_bytes)
+            ),
+        ])
+        .row([
+            "total − free − this process".into(),
+            format!(
+                "{}: the desktop ({}) and the other process ({}), which the message does not name",
+                bytes::show(outside),
+                bytes::show(card.desktop_bytes),
+                bytes::show(others)
+            ),
+        ])
+        .row([
+            format!("{} is allocated by PyTorch", format_size(f.allocated)),
+            "tensors alive at the refusal, each rounded to its block".into(),
+        ])
+        .row([
+            format!("{} is reserved by PyTorch but unallocated", format_size(f.unallocated)),
+            "free blocks inside segments that also hold a live tensor: free-and-retry cannot return them"
+                .into(),
+        ])
+}
+
+/// What `expandable_segments:True`, the message's own advice, does for the job with another
+/// process holding `others`: the step each layout raises in, and why.
+pub fn expandable_lesson(card: &Card, trace: &MemTrace, others: u64) -> Result<String, CellError> {
+    let limit = limit(card, others)?;
+    let [default, expandable] = [Conf::Default, Conf::Expandable].map(|c| replay(trace, c, limit));
+    let raised = |r: &Replay| r.oom.as_ref().map(|o| o.step);
+    let d = raised(&default).ok_or("the default layout raised no error")?;
+    let stranded = default
+        .oom
+        .as_ref()
+        .map_or(0, |o| o.error.reserved - o.error.allocated);
+    let then = match raised(&expandable) {
+        Some(x) if x == d => format!("it raises in the same step, {d}"),
+        Some(x) => format!(
+            "it raises in step {x} instead of step {d}: the {} reserved but unallocated was real, \
+             but the job needs more than the card has left",
+            bytes::show(stranded)
+        ),
+        None => format!(
+            "it lives to step {} instead of raising in step {d}: the {} reserved but \
+             unallocated was what it lacked",
+            trace.last_step,
+            bytes::show(stranded)
+        ),
+    };
+    Ok(format!(
+        "The message ends with its usual advice. With `expandable_segments:True` one segment \
+         grows by 20 MiB pages and free blocks merge across what were separate segments; here \
+         {then}. Take the advice when reserved but unallocated is a large share of what the job \
+         lacks; otherwise free the card or shrink the step."
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Book;
+
+    const MIB: u64 = 1 << 20;
+
+    fn situ(steps: u64) -> (Recipe, RunReport, MemTrace) {
+        let recipe = Book::repository().recipe("situ").unwrap();
+        let (report, trace) = highwater::run::simulate_traced(&recipe, 3, 1..=steps).unwrap();
+        (recipe, report, trace)
+    }
+
+    #[test]
+    fn format_size_is_pytorchs() {
+        assert_eq!(format_size(1024), "1024 bytes");
+        assert_eq!(format_size(1536), "1.50 KiB");
+        assert_eq!(format_size(1 << 20), "1024.00 KiB");
+        assert_eq!(format_size(32 * MIB), "32.00 MiB");
+        assert_eq!(format_size(16 << 30), "16.00 GiB");
+    }
+
+    #[test]
+    fn pytorch_allocates_what_cubecl_holds_in_use_and_reserves_less() {
+        let (recipe, report, trace) = situ(3);
+        let r = replay(&trace, Conf::Default, recipe.card.pool_capacity());
+        assert_eq!(r.oom, None);
+        assert_eq!(r.steps.len(), 3);
+        for (i, s) in r.steps.iter().enumerate() {
+            // Blocks are rounded to 512 B and may keep an unsplit remainder (under 1 MiB each):
+            // PyTorch's allocated is at least CubeCL's bytes in use, and close to it.
+            let in_use = report.peak_in_use[i];
+            assert!(s.max_allocated >= in_use, "{s:?}");
+            assert!(s.max_allocated - in_use < 8 * MIB, "{s:?}");
+            assert!(s.max_reserved < report.reserved[i], "{s:?}");
+        }
+        let x = replay(&trace, Conf::Expandable, recipe.card.pool_capacity());
+        assert!(x.steps[0].max_reserved < r.steps[0].max_reserved);
+    }
+
+    #[test]
+    fn a_smaller_limit_raises_with_the_figures_of_the_refusal() {
+        let (recipe, _, trace) = situ(2);
+        let limit = limit(&recipe.card, 512 * MIB).unwrap();
+        let r = replay(&trace, Conf::Default, limit);
+        let oom = r.oom.expect("14.36 GiB less 512 MiB is too little");
+        assert_eq!(oom.step, 1);
+        let e = oom.error;
+        assert!(e.reserved + e.tried > e.limit && e.allocated <= e.reserved);
+        let f = OomFigures::of(&e, &recipe.card);
+        assert_eq!(
+            f.free + f.process + recipe.card.desktop_bytes + 512 * MIB,
+            recipe.card.total_bytes
+        );
+        let text = f.message();
+        assert!(text.contains(&format!("Tried to allocate {}.", format_size(e.tried))));
+        assert!(text.contains("GPU 0 has a total capacity of 16.00 GiB of which"));
+        let t = reading_table(&oom, &recipe.card, 512 * MIB);
+        assert_eq!(t.rows().len(), 6);
+    }
+
+    /// What the chapter's prose says of its tables, on seed 3's 100 steps.
+    #[test]
+    fn the_chapters_claims_hold() {
+        let (recipe, report, trace) = situ(100);
+        let capacity = recipe.card.pool_capacity();
+        let r = replay(&trace, Conf::Default, capacity);
+        // Adam's moments: step 2 holds more than step 1; reserved creeps after step 2.
+        assert!(r.steps[1].max_allocated > r.steps[0].max_allocated);
+        assert!(r.steps[49].max_reserved > r.steps[2].max_reserved);
+        // On the incident's card CubeCL's pool refuses a page and PyTorch lives, both layouts.
+        assert!(report.first_failure().is_some());
+        assert_eq!(r.oom, None);
+        assert_eq!(replay(&trace, Conf::Expandable, capacity).oom, None);
+        // With the 320 MiB tenant PyTorch raises after earlier steps passed, having given
+        // back segments on the way; so does some smaller tenant row.
+        let tenant = replay(
+            &trace,
+            Conf::Default,
+            limit(&recipe.card, 320 * MIB).unwrap(),
+        );
+        let oom = tenant.oom.as_ref().unwrap();
+        assert!(oom.step > 1 && tenant.steps.last().unwrap().released > 0);
+        let lesson = expandable_lesson(&recipe.card, &trace, 320 * MIB).unwrap();
+        assert!(lesson.contains("instead of step"), "{lesson}");
+    }
+}
