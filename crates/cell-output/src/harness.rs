@@ -16,18 +16,10 @@
 use crate::Output;
 use std::fs::File;
 use std::io::{BufRead, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Mutex;
-
-unsafe extern "C" {
-    fn fcntl(fd: i32, cmd: i32, ...) -> i32;
-    fn dup2(from: i32, to: i32) -> i32;
-}
-
-/// Linux's `F_DUPFD_CLOEXEC`: a copy that a cell's child processes do not inherit.
-const F_DUPFD_CLOEXEC: i32 = 1030;
 
 /// A cell as the generated crate lists it.
 pub type Cell = (&'static str, fn() -> Output);
@@ -42,31 +34,28 @@ pub fn main(cells: &[Cell]) {
         std::process::exit(2);
     };
     let dir = Path::new(dir);
-    // Close-on-exec: a process a cell leaves running must not hold the status channel open, or
-    // the parent could not see this process die. SAFETY: copies of the process's own standard
-    // descriptors; they stay open for its life.
-    let (status_fd, err_fd) =
-        unsafe { (fcntl(1, F_DUPFD_CLOEXEC, 3), fcntl(2, F_DUPFD_CLOEXEC, 3)) };
-    if status_fd < 0 || err_fd < 0 {
+    // Close-on-exec copies (std duplicates with F_DUPFD_CLOEXEC): a process a cell leaves
+    // running must not hold the status channel open, or the parent could not see this process
+    // die.
+    let (Ok(status), Ok(err)) = (
+        std::io::stdout().as_fd().try_clone_to_owned(),
+        std::io::stderr().as_fd().try_clone_to_owned(),
+    ) else {
         eprintln!("cells: cannot duplicate stdout/stderr");
         std::process::exit(2);
-    }
-    // SAFETY: status_fd is a fresh descriptor owned by nobody else.
-    let mut status = unsafe { File::from_raw_fd(status_fd) };
+    };
+    let mut status = File::from(status);
     // The parent's "go on" channel, out of the cells' reach: their stdin is /dev/null.
-    // SAFETY: a close-on-exec copy of stdin, then /dev/null put in its place.
-    let control_fd = unsafe { fcntl(0, F_DUPFD_CLOEXEC, 3) };
-    let null = File::open("/dev/null");
-    if control_fd < 0 || null.is_err() {
+    let (Ok(control), Ok(null)) = (
+        std::io::stdin().as_fd().try_clone_to_owned(),
+        File::open("/dev/null"),
+    ) else {
         eprintln!("cells: cannot set up the control channel");
         std::process::exit(2);
-    }
-    if let Ok(null) = &null {
-        // SAFETY: points fd 0 at a file we own.
-        unsafe { dup2(null.as_raw_fd(), 0) };
-    }
-    // SAFETY: control_fd is a fresh descriptor owned by nobody else.
-    let mut control = std::io::BufReader::new(unsafe { File::from_raw_fd(control_fd) });
+    };
+    // SAFETY: points fd 0 at a file we own; the process's stdin handle stays valid (fd 0).
+    unsafe { libc::dup2(null.as_raw_fd(), 0) };
+    let mut control = std::io::BufReader::new(File::from(control));
 
     panic::set_hook(Box::new(|info| {
         let payload = info.payload();
@@ -91,7 +80,7 @@ pub fn main(cells: &[Cell]) {
         let _ = writeln!(status, "start {id}");
         let _ = status.flush();
         let (kind, body) = match cells.iter().find(|(name, _)| name == id) {
-            Some((_, run)) => run_one(dir, id, *run, err_fd),
+            Some((_, run)) => run_one(dir, id, *run, err.as_raw_fd()),
             None => ("error".into(), format!("no cell named {id} in this crate")),
         };
         let value = format!("{kind}\n{body}");
@@ -109,7 +98,7 @@ fn run_one(dir: &Path, id: &str, run: fn() -> Output, err_fd: i32) -> (String, S
     let redirect = |name: &str, fd: i32| -> std::io::Result<File> {
         let file = File::create(dir.join(format!("{id}.{name}")))?;
         // SAFETY: points fd 1 or 2 at a file we own; restored below.
-        if unsafe { dup2(file.as_raw_fd(), fd) } < 0 {
+        if unsafe { libc::dup2(file.as_raw_fd(), fd) } < 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(file)
@@ -121,8 +110,8 @@ fn run_one(dir: &Path, id: &str, run: fn() -> Output, err_fd: i32) -> (String, S
     // SAFETY: restores fd 2 from our saved copy; fd 1 goes back to /dev/null-like silence by
     // pointing it at stderr's copy, since the parent reads only the status channel.
     unsafe {
-        dup2(err_fd, 1);
-        dup2(err_fd, 2);
+        libc::dup2(err_fd, 1);
+        libc::dup2(err_fd, 2);
     }
     if let (Err(e), _) | (_, Err(e)) = &files {
         return ("error".into(), format!("cannot capture output: {e}"));

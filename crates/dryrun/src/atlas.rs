@@ -329,7 +329,7 @@ impl Atlas {
         let mut per_tuner: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         let mut missed = Vec::new();
         // Every key flattened once: the distances are all pairs of them.
-        let flats: Vec<Flat> = self.entries.iter().map(|e| flat(&e.key)).collect();
+        let flats: Vec<Flat<'_>> = self.entries.iter().map(|e| flat(&e.key)).collect();
         for (i, e) in self.entries.iter().enumerate() {
             let Some(won) = e.winner() else { continue };
             let predicted = self.predict_by(e, Some(i), |j, _| distance_flat(&flats[j], &flats[i]));
@@ -400,7 +400,7 @@ impl LeaveOneOut {
 }
 
 /// How far apart two keys are: every number on a log₂ scale, every differing word or missing
-/// field [`WORD_DISTANCE`].
+/// field `WORD_DISTANCE`.
 pub fn distance(a: &Value, b: &Value) -> f64 {
     distance_flat(&flat(a), &flat(b))
 }
@@ -414,7 +414,7 @@ fn flat(v: &Value) -> Flat<'_> {
     out
 }
 
-fn distance_flat(fa: &Flat, fb: &Flat) -> f64 {
+fn distance_flat(fa: &Flat<'_>, fb: &Flat<'_>) -> f64 {
     let mut d = 0.0;
     for (path, va) in fa {
         d += match (va, fb.get(path)) {
@@ -513,10 +513,11 @@ mod tests {
         let repicked = atlas.with([b.with_pick(2)]);
         assert_eq!(repicked.entries.len(), 2);
         assert_eq!(repicked.entries[1].winner().unwrap().name, "big");
-        let dir = std::env::temp_dir().join(format!("atlas-test-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        // A folder not there yet: `write` makes it.
+        let dir = tmp.path().join("atlas");
         repicked.write(&dir).unwrap();
         assert_eq!(Atlas::read(&dir).unwrap(), repicked);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -27,8 +27,8 @@ fn lean() -> Recipe {
 /// Milliseconds from navigation start to the end of the view's script, and the whole
 /// browser run's, for `html` opened as a page.
 fn open_in_chromium(chromium: &str, name: &str, html: &str) -> (f64, f64) {
-    let dir = std::env::temp_dir().join(format!("highwater-memview-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let page = dir.join(format!("{name}.html"));
     std::fs::write(
         &page,
@@ -51,12 +51,11 @@ fn open_in_chromium(chromium: &str, name: &str, html: &str) -> (f64, f64) {
                 attr: "ms",
                 tag: name,
             },
-            &dir,
+            dir,
         );
         outer.push(start.elapsed().as_secs_f64() * 1e3);
         inner.push(answer.parse::<f64>().expect("a time in ms"));
     }
-    std::fs::remove_dir_all(&dir).ok();
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]

@@ -6,7 +6,7 @@
 //! what it computes; what it would only repeat lives here, tested.
 //!
 //! - [`load`]: [`recipe`], [`incidents`] (Part I's logs as [`highwater::Incident`]s),
-//!   [`experiments`] (Part II's), [`graphrace_config`], the GPU records
+//!   [`experiments`](fn@experiments) (Part II's), [`graphrace_config`], the GPU records
 //!   ([`rerun_records`], [`Book::rerun_with_repeats`]), the H200's profile ([`h200`]); each a
 //!   method of [`Book`] too, for a root other than the cells' directory.
 //! - [`bytes`]: the precision policy below.
@@ -17,9 +17,9 @@
 //! - Each chapter's own helpers, in a module named as its file under `src/` is:
 //!   `src/primer.md` → [`primer`], `src/part-1/dry-run.md` → [`part1::dry_run`],
 //!   `src/part-2/static-check.md` → [`part2::static_check`], `src/reference/…` →
-//!   [`reference`]. A cell that would be longer than a reader should scroll past (hidden or
-//!   folded code over 25 lines, any over 60) calls one of these, tested here, and keeps on the
-//!   page what the chapter teaches. They return the cells' own error type,
+//!   [`reference`](mod@reference). A cell that would be longer than a reader should scroll
+//!   past (hidden or folded code over 25 lines, any over 60) calls one of these, tested here,
+//!   and keeps on the page what the chapter teaches. They return the cells' own error type,
 //!   [`cell_output::CellError`]: they are cell code moved out of the page, calling half a dozen
 //!   crates, and a failure shows at the cell that called them.
 //!

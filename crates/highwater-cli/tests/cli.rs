@@ -128,8 +128,8 @@ fn simulate_table() {
 /// past the event limit is refused before anything is written.
 #[test]
 fn simulate_traces_a_step_range() {
-    let dir = std::env::temp_dir().join(format!("highwater-cli-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let (jsonl, pickle) = (dir.join("t.jsonl"), dir.join("t.pickle"));
     let args = |steps: &str, range: &str, seed: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = [
@@ -200,13 +200,12 @@ fn simulate_traces_a_step_range() {
         assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
         assert!(!jsonl.exists(), "nothing is written");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn simulate_writes_the_figure() {
-    let dir = std::env::temp_dir().join(format!("highwater-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let svg = dir.join("situ.svg");
     let out = highwater(&[
         "simulate",
@@ -227,7 +226,6 @@ fn simulate_writes_the_figure() {
         &figure[..80.min(figure.len())]
     );
     assert!(figure.contains("seed 3"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -302,18 +300,21 @@ fn malformed_recipes_name_file_line_and_reason() {
     snapshot("bad-activation", &transcript(&args, &out));
 }
 
-/// A folder of its own under the system's temporary one, for recipes a test writes.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("highwater-cli-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A folder of its own under the system's temporary one, for recipes a test writes; removed
+/// when dropped.
+fn scratch(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("highwater-cli-{test}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Issue 12, item 14: work without bound is refused before any of it, naming the limit that
 /// refused it: a usage error (2) for an argument, bad input (1) for a recipe.
 #[test]
 fn unbounded_work_is_refused_before_it_starts() {
-    let dir = scratch("limits");
+    let tmp = scratch("limits");
+    let dir = tmp.path();
     let small = std::fs::read_to_string(root().join("repro/recipes/small.toml")).unwrap();
     let variant = |name: &str, from: &str, to: &str| {
         let path = dir.join(name);
@@ -370,14 +371,14 @@ fn unbounded_work_is_refused_before_it_starts() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("limits::MAX_REST_TENSORS"));
     assert!(!Path::new(&svg).exists());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Issue 12, item 15: an error quotes input cut to a bounded length, the recipe's line and the
 /// TOML parser's message alike; a 50 MB single-line recipe is refused before it is read whole.
 #[test]
 fn errors_quote_input_cut_to_a_bounded_length() {
-    let dir = scratch("quotes");
+    let tmp = scratch("quotes");
+    let dir = tmp.path();
     let small = std::fs::read_to_string(root().join("repro/recipes/small.toml")).unwrap();
     let long = "x".repeat(1_000_000);
     let path = dir.join("long-activation.toml");
@@ -408,7 +409,6 @@ fn errors_quote_input_cut_to_a_bounded_length() {
         ),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -70,7 +70,11 @@ pub(crate) fn style_mesh<X: Ranged, Y: Ranged, DB: DrawingBackend>(
 
 /// "no data" in the middle of a plotting area whose pixel ranges are `x` and `y`: a chart with
 /// nothing to draw says so instead of an empty frame.
-pub(crate) fn no_data(root: &Area, x: std::ops::Range<i32>, y: std::ops::Range<i32>) -> DrawResult {
+pub(crate) fn no_data(
+    root: &Area<'_>,
+    x: std::ops::Range<i32>,
+    y: std::ops::Range<i32>,
+) -> DrawResult {
     use plotters::style::text_anchor::{HPos, Pos, VPos};
     root.draw(&plotters::element::Text::new(
         "no data",

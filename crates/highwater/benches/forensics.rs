@@ -174,16 +174,17 @@ fn peak_mb() -> Option<f64> {
 /// Writes a log to a temporary file, then streams it: seconds, MB/s and the process's peak
 /// memory while reading (the peak is reset once the file is written).
 fn streamed(label: &str, spec: &Spec) {
-    let path = std::env::temp_dir().join(format!("highwater-forensics-{}.log", std::process::id()));
-    let mut file = BufWriter::new(File::create(&path).expect("a temporary file"));
+    let tmp = tempfile::NamedTempFile::new().expect("a temporary file");
+    let path = tmp.path();
+    let mut file = BufWriter::new(File::create(path).expect("the temporary file"));
     let failures = write_log(&mut file, spec).expect("writing the log");
     file.flush().expect("writing the log");
     drop(file);
-    let len = std::fs::metadata(&path).expect("the log").len() as usize;
+    let len = std::fs::metadata(path).expect("the log").len() as usize;
     // Linux ≥ 4.0: "5" resets VmHWM to the current resident size.
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let t = Instant::now();
-    let file = File::open(&path).expect("the log");
+    let file = File::open(path).expect("the log");
     let f = parse_reader("bench.log", BufReader::with_capacity(1 << 16, file)).expect("a log");
     let secs = t.elapsed().as_secs_f64();
     let peak = match (reset, peak_mb()) {
@@ -198,8 +199,6 @@ fn streamed(label: &str, spec: &Spec) {
         f.failures.len(),
         mb(len) / secs,
     );
-    // A temporary file; if it cannot be removed the OS's temp cleaning will.
-    let _ = std::fs::remove_file(&path);
 }
 
 fn spec(distinct: &str, per_block: &str, min_bytes: &str) -> Spec {

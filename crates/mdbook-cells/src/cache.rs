@@ -125,9 +125,9 @@ mod tests {
 
     #[test]
     fn round_trip_damage_and_collection() {
-        let dir = std::env::temp_dir().join(format!("cells-cache-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let cache = Cache::open(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let cache = Cache::open(dir).unwrap();
         // One entry, put then read back: a second `stored("one")` could be dated a second later.
         let one = stored("one");
         cache.put("aa", &one).unwrap();
@@ -158,7 +158,5 @@ mod tests {
         assert_eq!(removed, 2, "aa and old");
         assert_eq!(cache.get("aa"), None);
         assert_eq!(cache.get("cc"), Some(stored("three")));
-        drop(cache);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

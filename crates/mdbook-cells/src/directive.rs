@@ -15,7 +15,10 @@ const OPEN: &str = "{{#cell";
 
 /// `prose` with every directive outside code replaced by what `expand` returns for it and the
 /// 0-based line of `prose` it is on. A `{{#cell…` that is not a directive is left as written.
-pub(crate) fn expand(prose: &str, mut expand: impl FnMut(Directive, usize) -> String) -> String {
+pub(crate) fn expand(
+    prose: &str,
+    mut expand: impl FnMut(Directive<'_>, usize) -> String,
+) -> String {
     outside_code(prose, '{', |before, at| {
         let (directive, len) = parse(at)?;
         Some((expand(directive, before.matches('\n').count()), len))

@@ -5,7 +5,7 @@
 //! (`nvidia-smi` names one). Each such run writes the cell's output to a freeze file, committed
 //! with the book: `<freeze-dir>/<chapter>/gpu-<n>.json`, `n` counting the chapter's GPU cells
 //! from 1. Everywhere else the freeze is rendered under a badge saying where, when and by which
-//! command it was made. The freeze records a hash of what the output depends on ([`source_key`]):
+//! command it was made. The freeze records a hash of what the output depends on (`source_key`):
 //! the cell's code and the prelude items it uses, as tokens (reformatting either, or editing a
 //! prelude item the cell does not use, changes nothing), its options that change a run, and the
 //! files it `reads`; not the toolchain or dependency versions (a CPU machine would otherwise see
@@ -168,8 +168,9 @@ mod tests {
 
     #[test]
     fn a_freeze_of_an_unknown_kind_or_a_failure_is_refused() {
-        let dir = std::env::temp_dir().join(format!("cells-freeze-{}", std::process::id()));
-        let path = dir.join("gpu-1.json");
+        let dir = tempfile::tempdir().unwrap();
+        // A folder not there yet: `write` makes it.
+        let path = dir.path().join("freezes/gpu-1.json");
         assert_eq!(read(&path).unwrap_err(), "has no frozen output");
         let mut freeze = Freeze {
             source: "s".into(),
@@ -194,6 +195,5 @@ mod tests {
         assert!(!why.contains('<'), "quoted escaped: {why}");
         std::fs::write(&path, "{").unwrap();
         assert!(read(&path).unwrap_err().contains("not a freeze"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -216,8 +216,8 @@ mod tests {
 
     #[test]
     fn a_symlink_loop_is_walked_once() {
-        let dir = std::env::temp_dir().join(format!("cells-loop-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::create_dir_all(dir.join("data/sub")).unwrap();
         std::fs::write(dir.join("data/sub/a.txt"), "a").unwrap();
         std::os::unix::fs::symlink(dir.join("data"), dir.join("data/sub/up")).unwrap();
@@ -229,7 +229,6 @@ mod tests {
             files,
             [dir.join("data/sub/a.txt"), dir.join("data/sub/alias.txt")]
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Sets `file`'s content and its modification time, `secs_ago` whole seconds before the
@@ -248,12 +247,12 @@ mod tests {
 
     #[test]
     fn the_memo_rereads_a_file_only_when_its_stamp_changes() {
-        let dir = std::env::temp_dir().join(format!("cells-memo-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let (data, memo_file) = (Path::new("data"), dir.join("memo.json"));
         write_at(&dir.join("data/a.txt"), "one", 60);
-        let digest = |memo: &mut Memo| KeyHasher::default().tree_digest(&dir, data, memo).finish();
+        let digest = |memo: &mut Memo| KeyHasher::default().tree_digest(dir, data, memo).finish();
 
         let mut memo = Memo::open(memo_file.clone());
         let first = digest(&mut memo);
@@ -293,7 +292,6 @@ mod tests {
         memo.save();
         write_at(&dir.join("data/a.txt"), "two", 0);
         assert_eq!(digest(&mut Memo::open(memo_file.clone())), second);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

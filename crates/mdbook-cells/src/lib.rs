@@ -14,7 +14,7 @@
 //! pages::render_pages(&resolved)         a pure render of every chapter
 //! ```
 //!
-//! [`gpu`] holds every branch that depends on what the build does with GPU cells (show their
+//! `gpu` holds every branch that depends on what the build does with GPU cells (show their
 //! freezes, run them here, or bundle them); the stages ask it. [`Cells`] adapts [`process`] to
 //! mdbook's preprocessor protocol. No stage imports a later one (a test reads the `use` lines).
 //!

@@ -476,7 +476,8 @@ mod tests {
 
     #[test]
     fn a_pinned_toolchain_needs_no_rustc_call() {
-        let dir = std::env::temp_dir().join(format!("cells-toolchain-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::create_dir_all(dir.join("book")).unwrap();
         std::fs::write(
             dir.join("rust-toolchain.toml"),
@@ -495,7 +496,6 @@ mod tests {
             toolchain(&dir.join("book")).contains("rustc"),
             "falls back to rustc -vV"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

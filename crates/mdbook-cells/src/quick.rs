@@ -190,10 +190,9 @@ mod tests {
 
     #[test]
     fn a_recording_is_read_back_and_kept_only_for_its_environment() {
-        let dir = std::env::temp_dir().join(format!("cells-quick-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        assert_eq!(RustcCall::recorded(&dir, "e1"), None);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        assert_eq!(RustcCall::recorded(dir, "e1"), None);
         std::fs::write(
             dir.join("record-rustc.args"),
             "rustc\0--crate-name\0book_cells\0src/main.rs\0",
@@ -204,7 +203,7 @@ mod tests {
             "PATH=/bin\0CARGO_PKG_NAME=book-cells\0CARGO_X=a=b\0",
         )
         .unwrap();
-        let call = RustcCall::recorded(&dir, "e1").unwrap();
+        let call = RustcCall::recorded(dir, "e1").unwrap();
         assert_eq!(
             call.args,
             strings(&["rustc", "--crate-name", "book_cells", "src/main.rs"])
@@ -220,6 +219,5 @@ mod tests {
         call.save(&file).unwrap();
         assert_eq!(RustcCall::load(&file, "e1"), Some(call));
         assert_eq!(RustcCall::load(&file, "e2"), None, "another environment");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -93,7 +93,7 @@ fn resolve_cell(
     c: &CellBlock,
     chapter: &str,
     got: Option<Got>,
-    shared: Shared,
+    shared: Shared<'_>,
     gpu: &GpuMode,
 ) -> Resolution {
     let mut problems = Vec::new();

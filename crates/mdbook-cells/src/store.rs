@@ -1,7 +1,7 @@
 //! The output store: every CPU cell's output committed with the book, so that a fresh clone
 //! renders without compiling or running a cell (Quarto's `freeze`, for every cell).
 //!
-//! Each entry is filed under the cell's full cache key (see [`crate::plan`]): its code, the
+//! Each entry is filed under the cell's full cache key (see the `plan` stage): its code, the
 //! prelude and parameters it sees, the files it `reads`, the path dependencies' sources,
 //! `Cargo.lock`, the dependency list and the pinned toolchain. An entry is served only while
 //! every one of those is as it was when the output was computed; anything else reruns the cell.

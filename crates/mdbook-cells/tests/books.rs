@@ -286,11 +286,13 @@ fn run_text(test: &str, markdown: &str, tweak: impl FnOnce(&mut Config)) -> (Str
 }
 
 /// A book root of its own under the test's temporary folder, with the basic fixture's
-/// settings, for tests whose cells or freezes write into the book.
-fn scratch_book(test: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("book-{test}"));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+/// settings, for tests whose cells or freezes write into the book; removed when dropped.
+fn scratch_book(test: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("book-{test}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let root = dir.path();
     let cell_output = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cell-output");
     std::fs::write(
         root.join("book.toml"),
@@ -301,7 +303,7 @@ fn scratch_book(test: &str) -> PathBuf {
         ),
     )
     .unwrap();
-    root
+    dir
 }
 
 fn run_text_in(
@@ -649,13 +651,14 @@ fn cells_are_held_to_rustfmt_and_clippy_and_fmt_rewrites_them() {
         ]
     );
 
-    let root = scratch_book("fmt");
+    let book = scratch_book("fmt");
+    let root = book.path();
     std::fs::create_dir_all(root.join("src")).unwrap();
     std::fs::write(root.join("src/lint.md"), chapter).unwrap();
     let fmt = || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_mdbook-cells"))
             .arg("fmt")
-            .current_dir(&root)
+            .current_dir(root)
             .output()
             .unwrap();
         assert!(

@@ -618,35 +618,23 @@ fn decide(atlas: &Atlas, miss: &Entry, tie_break: TieBreak) -> Decision {
     }
 }
 
-/// A folder of this process's own for the caches a band writes, removed on drop.
-struct Scratch(PathBuf);
+/// A folder of this band's own for the caches it writes, removed on drop.
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new() -> Result<Scratch, AutotuneError> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "highwater-band-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).map_err(|source| AutotuneError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Ok(Scratch(path))
+        (tempfile::Builder::new().prefix("highwater-band-").tempdir())
+            .map(Scratch)
+            .map_err(|source| AutotuneError::Io {
+                path: std::env::temp_dir().display().to_string(),
+                source,
+            })
     }
 
     fn write(&self, name: &str, atlas: &Atlas) -> Result<PathBuf, AutotuneError> {
-        let dir = self.0.join(name);
+        let dir = self.0.path().join(name);
         atlas.write(&dir)?;
         Ok(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

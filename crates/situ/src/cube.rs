@@ -58,7 +58,10 @@ fn situ_forward_kernel<F: Float, N: Size>(
 }
 
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a kernel's launch signature: three arrays, their row strides and shape, the cap"
+)]
 fn situ_backward_kernel<F: Float, N: Size>(
     mid: &Array<Vector<F, N>>,
     dh: &Array<Vector<F, N>>,

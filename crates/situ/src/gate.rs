@@ -210,7 +210,7 @@ impl From<crate::cube::LaunchInfo> for Launch {
 
 /// Runs the gate on backend `B` (autodiff wraps it), inputs drawn from `seed`. Prints each
 /// check as it is made: on a GPU the walk takes minutes.
-pub fn run<B: GateBackend>(device: &B::Device, plan: &GatePlan, seed: u64) -> Outcome {
+pub fn run<B: GateBackend>(device: &B::Device, plan: &GatePlan<'_>, seed: u64) -> Outcome {
     let mut checks = Checks(vec![]);
     let c = f64::from(SOFT_CAP);
     for (k, &[n, f]) in plan.shapes.iter().enumerate() {
@@ -283,7 +283,10 @@ struct Case<'a> {
 struct Checks(Vec<(&'static str, Check)>);
 
 impl Checks {
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one gate check's row: each argument is a column it prints and judges"
+    )]
     fn push(
         &mut self,
         test: &'static str,
@@ -321,8 +324,8 @@ impl Checks {
 fn kernels_alone<B: GateBackend>(
     checks: &mut Checks,
     device: &B::Device,
-    plan: &GatePlan,
-    case: &Case,
+    plan: &GatePlan<'_>,
+    case: &Case<'_>,
 ) {
     let [n, f] = case.shape;
     let mid = tensor::<B>(case.mid, [n, 2 * f], device);
@@ -393,8 +396,8 @@ pub fn path<B: SituBackend>(mid: Tensor<B, 2>, fused: bool) -> Tensor<B, 2> {
 fn autodiff_pair<B: GateBackend, C: CheckpointStrategy>(
     checks: &mut Checks,
     device: &B::Device,
-    plan: &GatePlan,
-    case: &Case,
+    plan: &GatePlan<'_>,
+    case: &Case<'_>,
 ) {
     let ck = strategy_name::<C>();
     let shape = case.shape;
@@ -490,8 +493,8 @@ fn one_call(fused: u64, tensor: u64) -> SituCounts {
 fn finite_difference<B: GateBackend>(
     checks: &mut Checks,
     device: &B::Device,
-    plan: &GatePlan,
-    case: &Case,
+    plan: &GatePlan<'_>,
+    case: &Case<'_>,
     w: &[f64],
     rng: &mut SplitMix64,
 ) {
@@ -580,7 +583,7 @@ fn path_name(fused: bool) -> &'static str {
 fn expert_stack<B: GateBackend>(
     checks: &mut Checks,
     device: &B::Device,
-    plan: &GatePlan,
+    plan: &GatePlan<'_>,
     seed: u64,
 ) {
     type Ad<B> = Autodiff<B, NoCheckpointing>;

@@ -11,8 +11,9 @@
 //! * [`situ_glu_fused`], the **fused path**: one forward kernel writing only the `[N, f]`
 //!   output, one backward kernel writing `d(mid)` from the saved `mid` and the output gradient,
 //!   registered as one custom autodiff op ([`SituBackend`]). On CubeCL both are kernels
-//!   (feature `cube`, module `cube`: any CubeCL runtime, CUDA or dry); on burn-ndarray a host implementation of the same math
-//!   (module [`reference`]) stands in, so the autodiff wiring is tested on every machine.
+//!   (feature `cube`, module `cube`: any CubeCL runtime, CUDA or dry); on burn-ndarray a host
+//!   implementation of the same math (module [`reference`](mod@reference)) stands in, so the
+//!   autodiff wiring is tested on every machine.
 //!
 //! [`silu_control`] is the control arm; [`ExpertStack`] is the wave's expert FFN stack
 //! (`n_experts` FFNs, looped `max_iter` times) built from the same [`highwater::Recipe`] the

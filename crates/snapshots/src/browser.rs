@@ -37,7 +37,7 @@ pub struct Probe<'a> {
 /// Loads `page` with `probe` in headless Chromium; returns the probe's answer, HTML entities
 /// decoded. The copy of the page lies beside it; Chromium's profile goes under `scratch` (a
 /// test's `CARGO_TARGET_TMPDIR`).
-pub fn probe(chromium: &str, page: &Path, probe: &Probe, scratch: &Path) -> String {
+pub fn probe(chromium: &str, page: &Path, probe: &Probe<'_>, scratch: &Path) -> String {
     let Probe {
         head,
         script,

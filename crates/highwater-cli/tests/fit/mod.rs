@@ -130,7 +130,8 @@ fn every_model_file_has_a_fit_snapshot() {
 /// quoted, and the book's page on the format.
 #[test]
 fn fit_names_a_bad_model_files_line_and_reason() {
-    let dir = scratch("bad-model");
+    let tmp = scratch("bad-model");
+    let dir = tmp.path();
     let encoder = std::fs::read_to_string(root().join("repro/models/encoder.toml")).unwrap();
     for (name, file, says) in [
         (
@@ -175,7 +176,7 @@ fn fit_names_a_bad_model_files_line_and_reason() {
         let args = ["fit", name];
         let out = Command::new(env!("CARGO_BIN_EXE_highwater"))
             .args(args)
-            .current_dir(&dir)
+            .current_dir(dir)
             .env_remove("RUST_BACKTRACE")
             .output()
             .expect("the binary runs");
@@ -195,7 +196,6 @@ fn fit_names_a_bad_model_files_line_and_reason() {
             snapshot("fit-bad-model", &transcript(&args, &out));
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The search for the largest batch: every batch up to it fits, the next one dies, and says

@@ -141,8 +141,8 @@ fn conform_fusion_bands_hold_every_gpu_run_the_same_on_any_host() {
     ];
     for (from, name, autotune) in records {
         // A folder holding only this record and every other GPU run of it as its repeats.
-        let dir = scratch(&format!("fusion-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = scratch(&format!("fusion-{name}"));
+        let dir = tmp.path();
         std::fs::copy(root().join(from).join(name), dir.join(name)).unwrap();
         for (run, repeat) in runs {
             let source = match run.strip_prefix("fusion/") {
@@ -205,6 +205,5 @@ fn conform_fusion_bands_hold_every_gpu_run_the_same_on_any_host() {
             bands.push(band);
         }
         assert_eq!(bands[0], bands[1], "{name}: the same band twice");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

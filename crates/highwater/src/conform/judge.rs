@@ -80,7 +80,7 @@ pub fn conform(record: &RerunRecord) -> Result<Conformance, ConformError> {
     }
     // (measured, predicted) of one figure at one step, if both arms have it.
     type Pick<'a> = &'a dyn Fn(&MeasuredStep, usize) -> Option<(u64, u64)>;
-    let worst = |tolerance: f64, pick: Pick| {
+    let worst = |tolerance: f64, pick: Pick<'_>| {
         measured
             .iter()
             .enumerate()

@@ -30,7 +30,7 @@ impl Recipe {
         batch: u64,
         seq_len: u64,
         err: &dyn Fn(&'static str, std::ops::Range<usize>, String) -> RecipeError,
-        product: &Product,
+        product: &Product<'_>,
     ) -> Result<Workload, RecipeError> {
         let fixed = Workload::fixed(seq_len, batch);
         // A count of steps (0: never), held to the steps a run may have.

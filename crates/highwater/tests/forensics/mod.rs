@@ -182,11 +182,10 @@ fn a_line_that_is_not_utf8_spoils_only_itself() {
         .expect("a step line");
     text.splice(at..at, b"\xe2\x82\n\xff\xfeoops\n".iter().copied());
     text.extend(b"\xc3 failed to reserve 33554432 bytes of device memory\xff\n");
-    let path = std::env::temp_dir().join(format!("highwater-bad-utf8-{}.log", std::process::id()));
-    std::fs::write(&path, &text).expect("a temporary file");
-    let file = File::open(&path).expect("the temporary file");
+    let tmp = tempfile::NamedTempFile::new().expect("a temporary file");
+    std::fs::write(tmp.path(), &text).expect("the temporary file written");
+    let file = tmp.reopen().expect("the temporary file");
     let f = parse_reader("bad.log", BufReader::new(file)).expect("read lossily");
-    std::fs::remove_file(&path).expect("remove the temporary file");
     let mut want = log("ab2000_situ_s3.log");
     want.name = "bad.log".into();
     want.failures[1].count += 1;

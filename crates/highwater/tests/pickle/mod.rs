@@ -7,15 +7,17 @@ use std::process::Command;
 
 /// Runs python3 with `args`, then the path of a file holding `pickle`; its stdout as JSON.
 fn python(test: &str, pickle: &[u8], args: &[&str]) -> serde_json::Value {
-    let name = format!("highwater-pickle-{test}-{}.pkl", std::process::id());
-    let file = std::env::temp_dir().join(name);
-    std::fs::write(&file, pickle).unwrap();
+    let file = tempfile::Builder::new()
+        .prefix(&format!("highwater-pickle-{test}-"))
+        .suffix(".pkl")
+        .tempfile()
+        .unwrap();
+    std::fs::write(file.path(), pickle).unwrap();
     let out = Command::new("python3")
         .args(args)
-        .arg(&file)
+        .arg(file.path())
         .output()
         .expect("python3 runs (.ci/run installs it)");
-    std::fs::remove_file(&file).unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub(crate) use snapshots::browser::{Probe, chromium};
 
 /// [`snapshots::browser::probe`], its profile in this test binary's scratch folder.
-pub(crate) fn probe(chromium: &str, page: &Path, probe: &Probe) -> String {
+pub(crate) fn probe(chromium: &str, page: &Path, probe: &Probe<'_>) -> String {
     snapshots::browser::probe(
         chromium,
         page,

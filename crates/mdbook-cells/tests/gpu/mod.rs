@@ -102,7 +102,8 @@ fn a_freeze_stales_only_when_what_its_cell_uses_changes() {
 
 #[test]
 fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
-    let root = scratch_book("gpu-bundle");
+    let book = scratch_book("gpu-bundle");
+    let root = book.path();
     let (freeze, bundle_dir) = (PathBuf::from("freeze"), root.join("bundle"));
     let chapter = "# GPU\n\n```cell\n//| gpu\n6 * 7\n```\n\n```cell\n//| gpu\n\
                    panic!(\"no device\")\n```\n\n```cell\n1 + 1\n```\n";
@@ -115,7 +116,7 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     };
 
     // Here: the CPU cell runs, the GPU cells are compiled into the bundle, not run.
-    let (page, report) = run_text_in(&root, "bundle", chapter, settings(true));
+    let (page, report) = run_text_in(root, "bundle", chapter, settings(true));
     assert_eq!((report.cells, report.ran), (1, 1), "{report}");
     assert!(page.contains("needs a GPU run"), "{page}");
     let manifest: mdbook_cells::bundle::Bundle = serde_json::from_str(
@@ -130,7 +131,7 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     assert!(bundle_dir.join("cells").exists() && bundle_dir.join("mdbook-cells").exists());
 
     // On the GPU box: the good cell is frozen, the panic is reported at its own chapter line.
-    let run = mdbook_cells::bundle::run(&bundle_dir, &root, Some("Test GPU B1".into())).unwrap();
+    let run = mdbook_cells::bundle::run(&bundle_dir, root, Some("Test GPU B1".into())).unwrap();
     assert_eq!(run.frozen.len(), 1, "{run:?}");
     assert_eq!(run.failed.len(), 1, "{run:?}");
     assert!(
@@ -142,7 +143,7 @@ fn gpu_cells_bundle_here_run_on_the_gpu_box_and_render_frozen() {
     );
 
     // Back here: rendered from the freeze, whose badge names both commands.
-    let (page, report) = run_text_in(&root, "bundle", chapter, settings(false));
+    let (page, report) = run_text_in(root, "bundle", chapter, settings(false));
     assert!(
         page.contains("GPU output recorded on Test GPU B1 at "),
         "{page}"

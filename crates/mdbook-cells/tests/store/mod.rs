@@ -73,10 +73,11 @@ fn store_file(root: &Path) -> serde_json::Value {
 
 #[test]
 fn a_refresh_writes_the_store_and_a_fresh_clone_is_served_from_it() {
-    let root = scratch_book("store");
+    let book = scratch_book("store");
+    let root = book.path();
     std::fs::write(root.join("undeclared.txt"), "first").unwrap();
     // Refresh: every cell runs once and the store holds each output, named and timed.
-    let (page, report) = build(&root, CHAPTER, StoreMode::Refresh, false);
+    let (page, report) = build(root, CHAPTER, StoreMode::Refresh, false);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert_eq!(
         report.store,
@@ -85,7 +86,7 @@ fn a_refresh_writes_the_store_and_a_fresh_clone_is_served_from_it() {
             removed: 0
         })
     );
-    let file = store_file(&root);
+    let file = store_file(root);
     assert_eq!(file["made_by"], "MDBOOK_CELLS_STORE=refresh mdbook build");
     let names: Vec<&str> = (file["cells"].as_array().unwrap().iter())
         .map(|c| c["cell"].as_str().unwrap())
@@ -100,11 +101,11 @@ fn a_refresh_writes_the_store_and_a_fresh_clone_is_served_from_it() {
     );
 
     // A refresh that changes nothing writes nothing.
-    let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
+    let (_, report) = build(root, CHAPTER, StoreMode::Refresh, true);
     assert_eq!(report.store, Some(UNCHANGED));
 
     // A fresh clone: nothing compiled, nothing run, the same page.
-    let (served, report) = build(&root, CHAPTER, StoreMode::Serve, false);
+    let (served, report) = build(root, CHAPTER, StoreMode::Serve, false);
     assert_eq!(
         (report.stored, report.ran, report.compiled),
         (5, 0, Compilation::Nothing),
@@ -113,20 +114,21 @@ fn a_refresh_writes_the_store_and_a_fresh_clone_is_served_from_it() {
     assert_eq!(served, page);
     assert_eq!(report.store, Some(StoreNote::Served { missing: 0 }));
     // Served once, the outputs are in this machine's cache: the store is not read again.
-    let (_, report) = build(&root, CHAPTER, StoreMode::Serve, true);
+    let (_, report) = build(root, CHAPTER, StoreMode::Serve, true);
     assert_eq!((report.cached, report.stored), (5, 0));
     assert_eq!(report.store, Some(StoreNote::NotRead));
 }
 
 #[test]
 fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
-    let root = scratch_book("store-verify");
+    let book = scratch_book("store-verify");
+    let root = book.path();
     std::fs::write(root.join("undeclared.txt"), "first").unwrap();
-    let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, false);
+    let (_, report) = build(root, CHAPTER, StoreMode::Refresh, false);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 
     // Verify, all as stored: every cell reran, no problem.
-    let (_, report) = build(&root, CHAPTER, StoreMode::Verify, true);
+    let (_, report) = build(root, CHAPTER, StoreMode::Verify, true);
     assert_eq!(
         (report.ran, report.cached, report.stored),
         (4, 0, 0),
@@ -135,14 +137,14 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     // Those reruns reproduced every output: a refresh after them has nothing to write (no
     // new dates or run times to commit).
-    let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
+    let (_, report) = build(root, CHAPTER, StoreMode::Refresh, true);
     assert_eq!(report.store, Some(UNCHANGED));
 
     // An output that changed under the same key is caught, unless its cell says it varies; a
     // stale entry (a key no cell has) is caught at its file; a cell whose entry is gone is
     // caught at its line.
     std::fs::write(root.join("undeclared.txt"), "second").unwrap();
-    let mut file = store_file(&root);
+    let mut file = store_file(root);
     let cells = file["cells"].as_array_mut().unwrap();
     cells[0]["key"] = "0123456789abcdef0123456789abcdef".into();
     std::fs::write(
@@ -150,7 +152,7 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
         serde_json::to_string_pretty(&file).unwrap(),
     )
     .unwrap();
-    let (page, report) = build(&root, CHAPTER, StoreMode::Verify, true);
+    let (page, report) = build(root, CHAPTER, StoreMode::Verify, true);
     let found = problems(&report);
     assert_eq!(found.len(), 3, "{found:#?}");
     assert!(found[0].starts_with("outputs/stored.json:0: cell failed: 1 stored output(s) no cell"));
@@ -170,7 +172,7 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
     assert!(page.contains("second"));
 
     // A refresh makes the store whole again, and only the changed file is written.
-    let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
+    let (_, report) = build(root, CHAPTER, StoreMode::Refresh, true);
     assert_eq!(
         report.store,
         Some(StoreNote::Refreshed {
@@ -178,12 +180,12 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
             removed: 0
         })
     );
-    let (_, report) = build(&root, CHAPTER, StoreMode::Verify, true);
+    let (_, report) = build(root, CHAPTER, StoreMode::Verify, true);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 
     // A damaged store file is a problem at that file; its cells simply run.
     std::fs::write(root.join("outputs/stored.json"), "{\"cells\": [").unwrap();
-    let (_, report) = build(&root, CHAPTER, StoreMode::Serve, false);
+    let (_, report) = build(root, CHAPTER, StoreMode::Serve, false);
     assert_eq!(report.ran, 4, "{report}");
     let found = problems(&report);
     assert!(
@@ -202,7 +204,7 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
     });
     std::fs::write(root.join("outputs/gone.json"), gone.to_string()).unwrap();
     std::fs::write(root.join("outputs/notes.json"), "{}").unwrap();
-    let (_, report) = build(&root, CHAPTER, StoreMode::Refresh, true);
+    let (_, report) = build(root, CHAPTER, StoreMode::Refresh, true);
     assert_eq!(
         report.store,
         Some(StoreNote::Refreshed {
@@ -219,10 +221,11 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
 /// it is longer than the cell's own.
 #[test]
 fn a_rerun_is_given_a_multiple_of_its_stored_run_time() {
-    let root = scratch_book("store-timeout");
+    let book = scratch_book("store-timeout");
+    let root = book.path();
     let chapter = "```cell\n//| timeout: 1\nstd::thread::sleep(std::time::Duration::from_millis(1800));\n\"slept\".to_string()\n```\n";
     // With no record, the cell's own second is all it gets.
-    let (page, report) = build(&root, chapter, StoreMode::Serve, false);
+    let (page, report) = build(root, chapter, StoreMode::Serve, false);
     assert!(page.contains("timed out"), "{page}");
     assert_eq!(report.problems.len(), 1, "{report}");
     // Its stored run took 1.9 s (under other inputs: the store names it by its place in the
@@ -238,7 +241,7 @@ fn a_rerun_is_given_a_multiple_of_its_stored_run_time() {
     });
     std::fs::create_dir_all(root.join("outputs")).unwrap();
     std::fs::write(root.join("outputs/stored.json"), entry.to_string()).unwrap();
-    let (page, report) = build(&root, chapter, StoreMode::Serve, false);
+    let (page, report) = build(root, chapter, StoreMode::Serve, false);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert!(page.contains("slept"), "{page}");
 }
@@ -247,24 +250,25 @@ fn a_rerun_is_given_a_multiple_of_its_stored_run_time() {
 /// cell leaves its stored output current, and the page shows the line where the cell is now.
 #[test]
 fn prose_that_moves_a_panicking_cell_leaves_its_stored_output_current() {
-    let root = scratch_book("store-panic");
+    let book = scratch_book("store-panic");
+    let root = book.path();
     let cell = "```cell\n//| expect-fail\nlet n = 0;\nassert!(n > 0, \"n is {n}\");\n```\n";
     let (page, report) = build(
-        &root,
+        root,
         &format!("# Stored\n\n{cell}"),
         StoreMode::Refresh,
         false,
     );
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert!(page.contains("n is 0 at src/stored.md:6"), "{page}");
-    let kept = store_file(&root)["cells"][0]["body"].clone();
+    let kept = store_file(root)["cells"][0]["body"].clone();
     assert_eq!(kept, "n is 0 at src/stored.md:@cell+1");
 
     let moved = format!("# Stored\n\nTwo lines\nof prose.\n\n{cell}");
-    let (page, report) = build(&root, &moved, StoreMode::Serve, false);
+    let (page, report) = build(root, &moved, StoreMode::Serve, false);
     assert_eq!((report.ran, report.stored), (0, 1), "{report}");
     assert!(page.contains("n is 0 at src/stored.md:9"), "{page}");
-    let (page, report) = build(&root, &moved, StoreMode::Verify, true);
+    let (page, report) = build(root, &moved, StoreMode::Verify, true);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert!(page.contains("n is 0 at src/stored.md:9"), "{page}");
 }
