@@ -5,8 +5,9 @@
 
 use crate::bundle::BundledCell;
 use crate::cache::{Cache, Entry};
-use crate::compile::{self, CellCrate, CellSource};
-use crate::config::{Config, GpuMode};
+use crate::compile::{self, CellCrate};
+use crate::config::Config;
+use crate::context::Context;
 use crate::error::{BundleError, Error};
 use crate::execute::{self, Job};
 use crate::lines::LineMap;
@@ -17,7 +18,6 @@ use crate::store::{self, Store, StoreAccess, StoreMode, StoreOutcome};
 use crate::types::{Compilation, Document, Source};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod settle;
@@ -83,14 +83,9 @@ pub(crate) struct BuildStats {
 /// rest compiled and run (GPU cells bundled instead, when bundling), outcomes worth keeping
 /// cached; cache entries no planned cell has are dropped. Verifying, nothing is taken: every
 /// cell runs and the store is held to it. Refreshing, the store is rewritten last.
-pub(crate) fn build(
-    root: &Path,
-    config: &Config,
-    docs: &[Document],
-    plan: &Plan,
-    gpu: &GpuMode,
-) -> Result<Built, Error> {
-    let cache_dir = root.join(&config.cache_dir);
+pub(crate) fn build(ctx: &Context<'_>, docs: &[Document], plan: &Plan) -> Result<Built, Error> {
+    let (root, config, gpu) = (ctx.root, ctx.config, &ctx.gpu);
+    let cache_dir = ctx.cache_dir();
     let cache_error = |source| Error::Cache {
         path: cache_dir.clone(),
         source,
@@ -112,7 +107,7 @@ pub(crate) fn build(
     let mut stats = BuildStats::default();
     for f in &plan.cells {
         let Some(key) = &f.key else { continue };
-        if gpu.bundles(f) {
+        if gpu.bundles(f.freeze.as_ref()) {
             bundled.push(f);
             continue;
         }
@@ -140,30 +135,22 @@ pub(crate) fn build(
                 .is_some_and(|g| g.stored.outcome.failure() == Some(FailureKind::Compile))
         };
         let wanted: Vec<&PlannedCell> = misses.iter().chain(&bundled).copied().collect();
-        let build = compile(
-            root,
-            config,
-            docs,
-            plan,
-            cached_compile_failure,
-            &wanted,
-            gpu,
-        )?;
+        let build = compile(ctx, docs, plan, cached_compile_failure, &wanted)?;
         let runs = Runs {
             config,
             docs,
             plan,
             store: store.get(),
         };
-        let (jobs, to_bundle) = jobs(root, &runs, gpu, &build, &wanted, &mut got)?;
+        let (jobs, to_bundle) = jobs(ctx, &runs, &build, &wanted, &mut got)?;
         gpu.write_bundle(
             root,
-            config,
+            config.output_limit,
             build.binary(),
             &build.line_maps_of(&to_bundle),
             to_bundle,
         )?;
-        let (outcomes, took) = build.run(root, config, &jobs)?;
+        let (outcomes, took) = build.run(ctx, &jobs)?;
         stats.ran = outcomes.len();
         for (module, (stored, elapsed)) in outcomes {
             let source = Source::Ran(elapsed);
@@ -197,7 +184,7 @@ fn show_panic_locations(docs: &[Document], plan: &Plan, got: &mut HashMap<String
         got.get(&f.module)
             .is_some_and(|g| g.stored.outcome.failure() == Some(FailureKind::Panic))
     };
-    for cell in cell_sources(docs, plan, panicked) {
+    for cell in plan.cell_sources(docs, panicked) {
         let (_, map) = compile::module_text(&cell);
         if let Some(Got {
             stored:
@@ -296,9 +283,8 @@ impl Runs<'_> {
 /// The compiled cells of `wanted` to run, and the GPU cells to bundle; a cell that did not
 /// compile gets its failure in `got` instead.
 fn jobs(
-    root: &Path,
+    ctx: &Context<'_>,
     runs: &Runs<'_>,
-    gpu: &GpuMode,
     build: &Build,
     wanted: &[&PlannedCell],
     got: &mut HashMap<String, Got>,
@@ -311,8 +297,8 @@ fn jobs(
             continue;
         }
         match &f.freeze {
-            Some(at) if gpu.bundles(f) => {
-                let Ok(freeze) = at.path.strip_prefix(root) else {
+            Some(at) if ctx.gpu.bundles(Some(at)) => {
+                let Ok(freeze) = at.path.strip_prefix(ctx.root) else {
                     return Err(BundleError::FreezeOutside(at.path.clone()).into());
                 };
                 to_bundle.push(BundledCell {
@@ -360,26 +346,26 @@ fn keep_in_cache(
 /// Compiles every runnable cell of the book as one crate (so its module set is stable between
 /// builds), except those whose cached outcome is a compile failure (they would fail again).
 /// `wanted` are the cells this build needs an outcome for: their compile errors are read.
-/// With `gpu` compiling GPU cells, their dependencies are in the crate.
+/// When the build compiles GPU cells, their dependencies are in the crate.
 pub(crate) fn compile(
-    root: &Path,
-    config: &Config,
+    ctx: &Context<'_>,
     docs: &[Document],
     plan: &Plan,
     cached_compile_failure: impl Fn(&PlannedCell) -> bool,
     wanted: &[&PlannedCell],
-    gpu: &GpuMode,
 ) -> Result<Build, Error> {
     let started = Instant::now();
-    let cache_dir = root.join(&config.cache_dir);
+    let cache_dir = ctx.cache_dir();
     let recording = cache_dir.join("quick.json");
     // A few cells of a build that neither lints the crate nor bundles GPU cells: compiled
     // alone, if the last full build left its rustc call for these dependencies.
-    let quick = (config.lint != Some(true) && !gpu.compiled() && wanted.len() <= quick::MOST_CELLS)
+    let quick = (ctx.config.lint != Some(true)
+        && !ctx.gpu.compiled()
+        && wanted.len() <= quick::MOST_CELLS)
         .then(|| RustcCall::load(&recording, &plan.environment))
         .flatten()
         .and_then(|call| {
-            let sources = cell_sources(docs, plan, |f| wanted.iter().any(|w| w.module == f.module));
+            let sources = plan.cell_sources(docs, |f| wanted.iter().any(|w| w.module == f.module));
             let dir = cache_dir.join("quick");
             let krate = CellCrate::write_sources(&dir, &cache_dir.join("target"), &sources).ok()?;
             let compiled = krate.compile(Some(&call));
@@ -393,14 +379,8 @@ pub(crate) fn compile(
             (krate, compiled, Compilation::Alone(alone))
         }
         None => {
-            let krate = write_crate(
-                root,
-                config,
-                docs,
-                plan,
-                |f| !cached_compile_failure(f),
-                gpu,
-            )?;
+            let sources = plan.cell_sources(docs, |f| !cached_compile_failure(f));
+            let krate = CellCrate::write(ctx, &sources)?;
             let compiled = krate.compile(None);
             if compiled.binary.is_some()
                 && let Some(call) = RustcCall::recorded(&cache_dir.join("crate"), &plan.environment)
@@ -447,57 +427,6 @@ pub(crate) fn compile(
     })
 }
 
-/// Writes the cell crate: one module for each runnable cell that `include` keeps.
-pub(crate) fn write_crate(
-    root: &Path,
-    config: &Config,
-    docs: &[Document],
-    plan: &Plan,
-    include: impl Fn(&PlannedCell) -> bool,
-    gpu: &GpuMode,
-) -> Result<CellCrate, Error> {
-    let cache_dir = root.join(&config.cache_dir);
-    let sources = cell_sources(docs, plan, include);
-    let crate_dir = cache_dir.join("crate");
-    CellCrate::write(
-        &crate_dir,
-        &cache_dir.join("target"),
-        &compile::cell_crate_dependencies(root, config, gpu.compiled()),
-        &config.profile,
-        &sources,
-        Some(&root.join("Cargo.lock")),
-    )
-    .map_err(|source| Error::Crate {
-        path: crate_dir.clone(),
-        source,
-    })
-}
-
-/// The code of each runnable cell that `include` keeps, as the crate's modules.
-fn cell_sources(
-    docs: &[Document],
-    plan: &Plan,
-    include: impl Fn(&PlannedCell) -> bool,
-) -> Vec<CellSource> {
-    let mut shared = HashMap::new();
-    (plan.cells.iter())
-        .filter(|f| f.key.is_some() && include(f))
-        .map(|f| {
-            let c = plan.block(f);
-            let prelude = (shared.entry(f.doc))
-                .or_insert_with(|| compile::shared_for_modules(&plan.preludes[f.doc]));
-            CellSource {
-                module: f.module.clone(),
-                chapter: docs[f.doc].source.clone(),
-                prelude: Arc::clone(prelude),
-                code: c.code.clone(),
-                code_line: c.code_line,
-                last_line: c.last_code_line(),
-            }
-        })
-        .collect()
-}
-
 impl Build {
     /// Why `cell` did not compile, if it did not.
     pub(crate) fn failure(&self, cell: &PlannedCell) -> Option<&Stored> {
@@ -525,16 +454,15 @@ impl Build {
     /// it ran, by module, and how long they all took.
     pub(crate) fn run(
         &self,
-        root: &Path,
-        config: &Config,
+        ctx: &Context<'_>,
         jobs: &[execute::Job],
     ) -> Result<(Ran, Duration), Error> {
         let (Some(binary), false) = (&self.binary, jobs.is_empty()) else {
             return Ok((HashMap::new(), Duration::ZERO));
         };
         let started = Instant::now();
-        let results = root.join(&config.cache_dir).join("results");
-        let ran = execute::run_all(binary, root, &results, jobs, config.output_limit)
+        let results = ctx.cache_dir().join("results");
+        let ran = execute::run_all(binary, ctx.root, &results, jobs, ctx.config.output_limit)
             .map_err(Error::Run)?;
         let outcomes = ran
             .into_iter()

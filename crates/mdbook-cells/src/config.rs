@@ -1,7 +1,6 @@
 //! The book's `[preprocessor.cells]` table.
 
 use crate::error::Error;
-use crate::freeze;
 use crate::parse::closest;
 use crate::store::StoreMode;
 use serde::Deserialize;
@@ -279,44 +278,6 @@ fn path_dependencies(deps: &toml::Table, root: &Path) -> Vec<PathBuf> {
         .filter_map(|dep| dep.get("path")?.as_str())
         .map(|p| root.join(p))
         .collect()
-}
-
-/// What a build does with the GPU cells (the branches that differ are `gpu`'s methods).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum GpuMode {
-    /// Shows their freezes (no GPU runs asked for, or no GPU here).
-    Frozen,
-    /// Runs them on this machine's GPU, named so, and freezes their outputs.
-    Run(String),
-    /// Compiles them into a bundle for a GPU box, in this folder.
-    Bundle(PathBuf),
-}
-
-impl GpuMode {
-    /// The environment wins over `book.toml`; a bundle over GPU runs.
-    pub(crate) fn of(config: &Config) -> GpuMode {
-        let bundle = std::env::var_os("MDBOOK_CELLS_GPU_BUNDLE")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| config.gpu_bundle.clone());
-        if let Some(dir) = bundle {
-            return GpuMode::Bundle(dir);
-        }
-        freeze::requested(config.gpu)
-            .then(|| {
-                config
-                    .gpu_name
-                    .clone()
-                    .or_else(|| provenance::gpu_field("name"))
-            })
-            .flatten()
-            .map_or(GpuMode::Frozen, GpuMode::Run)
-    }
-
-    /// Whether GPU cells are compiled in this build (to run here or to be bundled).
-    pub(crate) fn compiled(&self) -> bool {
-        !matches!(self, GpuMode::Frozen)
-    }
 }
 
 #[cfg(test)]

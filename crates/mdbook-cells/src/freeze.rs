@@ -124,6 +124,13 @@ pub fn path(root: &Path, freeze_dir: &Path, chapter: &str, n: usize) -> PathBuf 
         .join(format!("gpu-{n}.json"))
 }
 
+/// Where a GPU cell's freeze is, and the hash of its inputs a current freeze carries.
+#[derive(Debug, Clone)]
+pub(crate) struct FreezeAt {
+    pub(crate) path: PathBuf,
+    pub(crate) source: String,
+}
+
 /// The freeze at `path`, or why there is none, as "the GPU cell … at PATH" goes on: a freeze
 /// holds one output of a known kind (parsing checks it), never a failure (those are not frozen).
 pub fn read(path: &Path) -> Result<Freeze, String> {

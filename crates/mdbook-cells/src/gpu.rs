@@ -1,24 +1,60 @@
 //! What a build does with the cells marked `gpu`: show their freezes, run them here and freeze
 //! their outputs, or compile them into a bundle for a GPU box (see [`crate::freeze`] and
 //! [`crate::bundle`]). Every branch that depends on it is here, as methods of the one value
-//! that says which: [`GpuMode`], made from the config.
+//! that says which: [`GpuMode`], made from the config. Below the stages: it knows freezes and
+//! bundles, not the plan.
 
 use crate::bundle::{self, BundledCell};
-use crate::config::{Config, GpuMode};
+use crate::config::Config;
 use crate::error::{BundleError, Error};
-use crate::freeze;
+use crate::freeze::{self, FreezeAt};
 use crate::lines::LineMap;
 use crate::outcome::Stored;
-use crate::plan::{FreezeAt, PlannedCell};
-use crate::render::Shown;
-use crate::types::{Problem, Source};
+use crate::types::{Problem, Shown, Source};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// What a build does with the GPU cells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GpuMode {
+    /// Shows their freezes (no GPU runs asked for, or no GPU here).
+    Frozen,
+    /// Runs them on this machine's GPU, named so, and freezes their outputs.
+    Run(String),
+    /// Compiles them into a bundle for a GPU box, in this folder.
+    Bundle(PathBuf),
+}
 
 impl GpuMode {
-    /// Whether `cell` goes into the bundle instead of being run or taken from the cache.
-    pub(crate) fn bundles(&self, cell: &PlannedCell) -> bool {
-        matches!(self, GpuMode::Bundle(_)) && cell.freeze.is_some() && cell.key.is_some()
+    /// The environment wins over `book.toml`; a bundle over GPU runs.
+    pub(crate) fn of(config: &Config) -> GpuMode {
+        let bundle = std::env::var_os("MDBOOK_CELLS_GPU_BUNDLE")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| config.gpu_bundle.clone());
+        if let Some(dir) = bundle {
+            return GpuMode::Bundle(dir);
+        }
+        freeze::requested(config.gpu)
+            .then(|| {
+                config
+                    .gpu_name
+                    .clone()
+                    .or_else(|| provenance::gpu_field("name"))
+            })
+            .flatten()
+            .map_or(GpuMode::Frozen, GpuMode::Run)
+    }
+
+    /// Whether GPU cells are compiled in this build (to run here or to be bundled).
+    pub(crate) fn compiled(&self) -> bool {
+        !matches!(self, GpuMode::Frozen)
+    }
+
+    /// Whether a compiled cell with `freeze` (a GPU cell) goes into the bundle instead of being
+    /// run or taken from the cache.
+    pub(crate) fn bundles(&self, freeze: Option<&FreezeAt>) -> bool {
+        matches!(self, GpuMode::Bundle(_)) && freeze.is_some()
     }
 
     /// Removes the previous bundle, so that a build whose GPU cells do not compile leaves none
@@ -31,11 +67,11 @@ impl GpuMode {
     }
 
     /// Writes the bundle of `cells` (GPU cells that compiled into `binary`; `lines` place their
-    /// panics), when bundling.
+    /// panics; the book's `output_limit` holds there too), when bundling.
     pub(crate) fn write_bundle(
         &self,
         root: &Path,
-        config: &Config,
+        output_limit: usize,
         binary: Option<&Path>,
         lines: &BTreeMap<String, LineMap>,
         cells: Vec<BundledCell>,
@@ -48,7 +84,7 @@ impl GpuMode {
         }
         let manifest = bundle::Bundle {
             command: bundle::command(dir),
-            output_limit: config.output_limit,
+            output_limit,
             lines: lines.clone(),
             cells,
         };

@@ -1,7 +1,8 @@
 //! `mdbook-cells`: an mdbook preprocessor whose ```` ```cell ```` blocks are Rust that runs.
 //!
 //! [`process`] is the build, four stages called in turn, one file each, each taking the one
-//! before's value:
+//! before's value (and in a build that lints, `lint` before the pages). Every stage reads the
+//! build's `Context`, made once: the book's root, its config, what it does with GPU cells.
 //!
 //! ```text
 //! plan::plan(docs)          -> Plan      parse every chapter, number its figures and tables,
@@ -11,18 +12,23 @@
 //!                                        in one child process; the store verified or refreshed
 //! resolve::resolve(built)   -> Resolved  what each cell shows: its outcome, a GPU cell's
 //!                                        freeze, or why it did not run; with its problems
-//! pages::render_pages(&resolved)         a pure render of every chapter
+//! lint::problems(&plan, ..)              a build that lints: rustfmt's check, unused prelude
+//!                                        items, clippy over the cells that compiled
+//! pages::render_pages(&resolved)         a pure render of every chapter (`render` writes each
+//!                                        cell)
 //! ```
 //!
 //! `gpu` holds every branch that depends on what the build does with GPU cells (show their
 //! freezes, run them here, or bundle them); the stages ask it. [`Cells`] adapts [`process`] to
-//! mdbook's preprocessor protocol. No stage imports a later one (a test reads the `use` lines).
+//! mdbook's preprocessor protocol. No stage imports a later one, and `lint` imports no stage but
+//! `plan` (a test reads the `use` lines).
 //!
-//! Below the stages: the shared types ([`types`], [`outcome`], [`error`]) and the parts they
-//! use (`parse`, `params`, `shared`, `config`, `cache`, `store`, `key`, `compile`, `execute`,
-//! `lines`, `render`, `directive`, `report`, `freeze`, `bundle`). Beside them, the commands that work
-//! outside a build: [`export`] (a chapter as a cargo project) and [`lint`] (rustfmt and clippy
-//! over the cells, `mdbook-cells fmt`). Nothing imports back up.
+//! Below the stages: the shared types ([`types`], [`outcome`], [`error`]), the build's
+//! `context`, and the parts they use (`parse`, `params`, `shared`, `config`, `gpu`, `cache`,
+//! `store`, `key`, `compile`, `execute`, `lines`, `directive`, `report`, `freeze`, `bundle`).
+//! Beside them, the commands that work outside a build: [`export`] (a chapter as a cargo
+//! project) and [`lint`]'s `mdbook-cells fmt` (every cell as rustfmt writes it). Nothing
+//! imports back up.
 
 pub mod bundle;
 pub mod cache;
@@ -42,6 +48,7 @@ pub mod store;
 pub mod types;
 
 mod build;
+mod context;
 mod directive;
 mod gpu;
 mod pages;
@@ -56,20 +63,20 @@ pub use error::Error;
 pub use types::{CellEntry, Compilation, Document, Problem, Report, Source, Status, StoreNote};
 
 use config::Config;
-use config::GpuMode;
+use context::Context;
 use outcome::Fault;
-use render::Shown;
 use std::path::Path;
+use types::Shown;
 
 /// Runs every cell of `docs` (cached where possible) and rewrites their content with the
 /// outputs. Failures are rendered in place and listed in the report; the caller decides
 /// whether they fail the build.
 pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Report, Error> {
-    let gpu = GpuMode::of(config);
-    gpu.clear_bundle(root)?;
-    let plan = plan::plan(root, config, docs, &gpu);
-    let built = build::build(root, config, docs, &plan, &gpu)?;
-    let resolved = resolve::resolve(docs, &plan, built, &gpu);
+    let ctx = Context::new(root, config);
+    ctx.gpu.clear_bundle(root)?;
+    let plan = plan::plan(&ctx, docs);
+    let built = build::build(&ctx, docs, &plan)?;
+    let resolved = resolve::resolve(&ctx, docs, &plan, built);
     let entries = plan
         .cells
         .iter()
@@ -91,26 +98,10 @@ pub fn process(root: &Path, config: &Config, docs: &mut [Document]) -> Result<Re
     let mut problems = plan.problems.clone();
     problems.extend(resolved.problems);
     if config.lint == Some(true) {
-        let chapters: Vec<(String, &[parse::Segment])> = (docs.iter())
-            .zip(&plan.chapters)
-            .map(|(d, segments)| (d.source.clone(), segments.as_slice()))
-            .collect();
-        problems.extend(lint::fmt_problems(root, &chapters));
-        problems.extend(lint::unused_prelude_problems(&chapters));
-        let broken = (resolved.stats.compile_failed.iter())
-            .map(String::as_str)
-            .collect();
-        problems.extend(lint::clippy_problems(
-            root, config, docs, &plan, &broken, &gpu,
-        ));
+        let compile_failed = &resolved.stats.compile_failed;
+        problems.extend(lint::problems(&ctx, docs, &plan, compile_failed));
     }
-    problems.extend(pages::render_pages(
-        docs,
-        &plan,
-        &resolved.cells,
-        config.fold_code_over,
-        &config.preprocessor_command(),
-    ));
+    problems.extend(pages::render_pages(&ctx, docs, &plan, &resolved.cells));
     let stats = resolved.stats;
     let report = Report {
         problems,
@@ -202,8 +193,15 @@ impl mdbook_preprocessor::Preprocessor for Cells {
 
 #[cfg(test)]
 mod tests {
-    /// The stages, in the order [`super::process`] calls them.
-    const STAGES: [&str; 4] = ["plan", "build", "resolve", "pages"];
+    /// The stages, in the order [`super::process`] calls them (`lint` only when the build
+    /// lints), each with the parts that are its own: `render` writes the pages' markdown.
+    const STAGES: [&[&str]; 5] = [
+        &["plan"],
+        &["build"],
+        &["resolve"],
+        &["lint"],
+        &["pages", "render"],
+    ];
 
     /// The modules of this crate that `module`'s code (not its comments) names.
     fn imports(module: &str) -> Vec<String> {
@@ -237,32 +235,36 @@ mod tests {
 
     #[test]
     fn no_stage_imports_a_later_one_and_no_part_imports_a_stage() {
+        let stage_modules: Vec<&str> = STAGES.concat();
+        let stage_of = |m: &str| STAGES.iter().position(|s| s.contains(&m));
         for (i, stage) in STAGES.iter().enumerate() {
-            let later: Vec<String> = (imports(stage).into_iter())
-                .filter(|m| STAGES[i + 1..].contains(&m.as_str()))
-                .collect();
-            assert!(later.is_empty(), "stage {stage} imports later {later:?}");
+            for module in *stage {
+                let later: Vec<String> = (imports(module).into_iter())
+                    .filter(|m| stage_of(m).is_some_and(|j| j > i))
+                    .collect();
+                assert!(later.is_empty(), "stage {module} imports later {later:?}");
+            }
         }
-        // `gpu` answers the stages' questions about GPU cells: it may read the plan, no more.
-        let gpu: Vec<String> = (imports("gpu").into_iter())
-            .filter(|m| STAGES.contains(&m.as_str()) && m != "plan")
+        // `lint` runs after `resolve` but reads no stage but the plan: it never re-enters `build`.
+        let lint: Vec<String> = (imports("lint").into_iter())
+            .filter(|m| stage_modules.contains(&m.as_str()) && m != "plan")
             .collect();
-        assert!(gpu.is_empty(), "gpu imports {gpu:?}");
+        assert!(lint.is_empty(), "lint imports {lint:?}");
         let dir = format!("{}/src", env!("CARGO_MANIFEST_DIR"));
-        let commands = ["lib", "main", "lint", "export", "gpu"];
+        let commands = ["lib", "main", "export"];
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let Some(part) = path.file_stem().and_then(|s| s.to_str()) else {
                 continue;
             };
             if path.extension().is_none_or(|e| e != "rs")
-                || STAGES.contains(&part)
+                || stage_modules.contains(&part)
                 || commands.contains(&part)
             {
                 continue;
             }
             let stages: Vec<String> = (imports(part).into_iter())
-                .filter(|m| STAGES.contains(&m.as_str()))
+                .filter(|m| stage_modules.contains(&m.as_str()))
                 .collect();
             assert!(stages.is_empty(), "part {part} imports stages {stages:?}");
         }

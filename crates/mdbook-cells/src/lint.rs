@@ -1,16 +1,19 @@
-//! Cells are code too: rustfmt's check and clippy's lints over the book's cells, reported at
-//! the chapter's own lines (strict builds, or `lint = true`), and `mdbook-cells fmt`, which
-//! rewrites every cell as rustfmt would.
+//! Cells are code too. A build that lints (strict builds, or `lint = true`) asks `problems`
+//! after `resolve` and before the pages: rustfmt's check, the prelude items no cell of their
+//! chapter uses, and clippy's lints over the cells that compiled (the plan's cell crate written
+//! again without the others), each a problem at its chapter line. Outside a build,
+//! `mdbook-cells fmt` ([`fmt_book`]) rewrites every cell as rustfmt would.
 //!
-//! GPU cells, and the prelude and parameters of a chapter that has any, are left as they are:
-//! their frozen outputs record a hash of that code.
+//! Formatting never makes a GPU cell's freeze stale: a freeze keys on tokens, so layout is
+//! free, but where rustfmt would change the tokens a freeze keys on (a brace, a trailing comma),
+//! the chapter's GPU cells and the code they share (prelude, parameters) are left as they are.
 //!
 //! rustfmt sees each cell's code as the body of a function (a prelude's or parameters cell's
 //! items too), formatted `max_width + 4` wide and then taken out of the function, so a cell's
 //! lines get the book's width. Lines inside a string literal are never touched.
 
-use crate::build;
-use crate::config::{Config, GpuMode};
+use crate::compile::CellCrate;
+use crate::context::Context;
 use crate::error::Error;
 use crate::freeze;
 use crate::parse::{self, CellBlock, Segment};
@@ -25,9 +28,27 @@ use std::process::{Command, Stdio};
 /// The indentation rustfmt gives a function's body.
 const INDENT: usize = 4;
 
+/// The lints' problems in a build, in this order: rustfmt's, unused prelude items, clippy's.
+/// `compile_failed` are the modules of the cells that did not compile (clippy skips them).
+pub(crate) fn problems(
+    ctx: &Context<'_>,
+    docs: &[Document],
+    plan: &Plan,
+    compile_failed: &HashSet<String>,
+) -> Vec<Problem> {
+    let chapters: Vec<(String, &[Segment])> = (docs.iter())
+        .zip(&plan.chapters)
+        .map(|(d, segments)| (d.source.clone(), segments.as_slice()))
+        .collect();
+    let mut problems = fmt_problems(ctx.root, &chapters);
+    problems.extend(unused_prelude_problems(&chapters));
+    problems.extend(clippy_problems(ctx, docs, plan, compile_failed));
+    problems
+}
+
 /// The cells of one chapter formatted as rustfmt would: for each cell, `None` when its code is
 /// already formatted or rustfmt cannot parse it (a cell that does not compile shows why).
-pub(crate) fn formatted(root: &Path, cells: &[&CellBlock]) -> Vec<Option<String>> {
+fn formatted(root: &Path, cells: &[&CellBlock]) -> Vec<Option<String>> {
     let width = max_width(root);
     let codes: Vec<&str> = cells.iter().map(|c| c.code.as_str()).collect();
     // One rustfmt for the chapter; where one cell does not parse, one for each.
@@ -50,7 +71,7 @@ pub(crate) fn formatted(root: &Path, cells: &[&CellBlock]) -> Vec<Option<String>
 
 /// Problems for every cell of `chapters` that rustfmt would write otherwise, at the first line
 /// that differs.
-pub(crate) fn fmt_problems(root: &Path, chapters: &[(String, &[Segment])]) -> Vec<Problem> {
+fn fmt_problems(root: &Path, chapters: &[(String, &[Segment])]) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (source, segments) in chapters {
         for (cell, new) in formattable(root, segments) {
@@ -75,7 +96,7 @@ pub(crate) fn fmt_problems(root: &Path, chapters: &[(String, &[Segment])]) -> Ve
 
 /// Problems for each prelude item no cell of its chapter uses: a cell's module holds the whole
 /// prelude and may leave most of it unused, so the compiler cannot say this.
-pub(crate) fn unused_prelude_problems(chapters: &[(String, &[Segment])]) -> Vec<Problem> {
+fn unused_prelude_problems(chapters: &[(String, &[Segment])]) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (source, segments) in chapters {
         let cells: Vec<&CellBlock> = parse::cells(segments).collect();
@@ -101,16 +122,14 @@ pub(crate) fn unused_prelude_problems(chapters: &[(String, &[Segment])]) -> Vec<
 /// clippy's warnings in the book's cells (and their chapters' shared code), at chapter lines.
 /// The crate is the build's, less the cells that do not compile (their errors are shown
 /// already; with them clippy would stop before linting).
-pub(crate) fn clippy_problems(
-    root: &Path,
-    config: &Config,
+fn clippy_problems(
+    ctx: &Context<'_>,
     docs: &[Document],
     plan: &Plan,
-    broken: &HashSet<&str>,
-    gpu: &GpuMode,
+    compile_failed: &HashSet<String>,
 ) -> Vec<Problem> {
-    let include = |f: &crate::plan::PlannedCell| !broken.contains(f.module.as_str());
-    let found = build::write_crate(root, config, docs, plan, include, gpu)
+    let sources = plan.cell_sources(docs, |f| !compile_failed.contains(&f.module));
+    let found = CellCrate::write(ctx, &sources)
         .map_err(|e| e.to_string())
         .and_then(|krate| krate.lint());
     match found {

@@ -1,13 +1,14 @@
 //! Stage 4, pages: each chapter rewritten from its plan and its cells' resolutions — prose with
 //! its references resolved, cells with their code and outcome. Pure: no files, no processes.
 
+use crate::context::Context;
 use crate::directive::{self, Directive};
 use crate::export;
 use crate::parse::{CellOptions, Segment};
 use crate::plan::Plan;
-use crate::render::{self, Shown};
+use crate::render;
 use crate::resolve::Resolution;
-use crate::types::{Document, Problem};
+use crate::types::{Document, Problem, Shown};
 use std::collections::HashMap;
 
 /// Where `{{#cell-report}}` stood: replaced once the whole build's report is known (see
@@ -17,12 +18,13 @@ pub(crate) const REPORT_MARK: &str = "\u{E000}cell-report\u{E000}";
 /// Rewrites every chapter's content; returns the problems met, chapter by chapter, in the order
 /// a reader meets them.
 pub(crate) fn render_pages(
+    ctx: &Context<'_>,
     docs: &mut [Document],
     plan: &Plan,
     resolved: &[Resolution],
-    fold_code_over: usize,
-    preprocessor: &str,
 ) -> Vec<Problem> {
+    let (fold_code_over, preprocessor) =
+        (ctx.config.fold_code_over, ctx.config.preprocessor_command());
     let mut problems = Vec::new();
     // What `{{#cell ID}}` places: the labelled cell's output and caption.
     let embeddable: HashMap<&str, (&Shown, &CellOptions)> = plan
@@ -103,7 +105,7 @@ pub(crate) fn render_pages(
         );
         if runs {
             page.push_str(&render::export_note(&export::command(
-                preprocessor,
+                &preprocessor,
                 &doc.source,
             )));
         }

@@ -1,18 +1,19 @@
 //! Stage 1, plan: every chapter parsed, each chapter's prelude found, every figure and table
 //! numbered, and every runnable cell keyed by a hash of everything its output depends on.
 
-use crate::config::{Config, GpuMode};
-use crate::freeze;
+use crate::compile::{self, CellSource};
+use crate::context::Context;
+use crate::freeze::{self, FreezeAt};
 use crate::key::{KeyHasher, Memo};
 use crate::outcome::SharedPart;
 use crate::params::{self, Overrides, Param};
 use crate::parse::{self, CellBlock, OptionError, Segment};
-use crate::render::{self, Label, Labels};
 use crate::store;
-use crate::types::{Document, Problem};
+use crate::types::{Document, Label, Labels, Problem};
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 /// Bumped whenever the generated code or the stored format changes meaning.
 const ENGINE: &str = concat!("mdbook-cells ", env!("CARGO_PKG_VERSION"), " wire 3");
@@ -73,13 +74,6 @@ impl fmt::Display for CellError {
     }
 }
 
-/// Where a GPU cell's freeze is, and the hash of its inputs a current freeze carries.
-#[derive(Debug, Clone)]
-pub(crate) struct FreezeAt {
-    pub(crate) path: PathBuf,
-    pub(crate) source: String,
-}
-
 /// Every chapter parsed and every cell planned.
 pub(crate) struct Plan {
     /// Each chapter's segments: prose and cells.
@@ -110,12 +104,38 @@ impl Plan {
             Segment::Prose(_) => unreachable!("planned cells point at cells"),
         }
     }
+
+    /// The code of each runnable cell that `include` keeps, as the cell crate's modules.
+    pub(crate) fn cell_sources(
+        &self,
+        docs: &[Document],
+        include: impl Fn(&PlannedCell) -> bool,
+    ) -> Vec<CellSource> {
+        let mut shared = HashMap::new();
+        (self.cells.iter())
+            .filter(|f| f.key.is_some() && include(f))
+            .map(|f| {
+                let c = self.block(f);
+                let prelude = (shared.entry(f.doc))
+                    .or_insert_with(|| compile::shared_for_modules(&self.preludes[f.doc]));
+                CellSource {
+                    module: f.module.clone(),
+                    chapter: docs[f.doc].source.clone(),
+                    prelude: Arc::clone(prelude),
+                    code: c.code.clone(),
+                    code_line: c.code_line,
+                    last_line: c.last_code_line(),
+                }
+            })
+            .collect()
+    }
 }
 
-/// Plans the build; with `gpu` compiling GPU cells (to run here or to be bundled), every cell
+/// Plans the build; when it compiles GPU cells (to run them here or to bundle them), every cell
 /// is keyed with their dependencies.
-pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMode) -> Plan {
-    let gpu_compiled = gpu.compiled();
+pub(crate) fn plan(ctx: &Context<'_>, docs: &[Document]) -> Plan {
+    let (root, config) = (ctx.root, ctx.config);
+    let gpu_compiled = ctx.gpu.compiled();
     let (chapters, misplaced): (Vec<Vec<Segment>>, Vec<Vec<OptionError>>) = docs
         .iter()
         .map(|d| {
@@ -135,10 +155,10 @@ pub(crate) fn plan(root: &Path, config: &Config, docs: &[Document], gpu: &GpuMod
 
     // When GPU cells are compiled, every cell is compiled with their dependencies too: a CPU
     // cell that only compiles with them must not leave a cached success for CPU builds.
-    let mut memo = Memo::open(root.join(&config.cache_dir).join("digests.json"));
-    let environment = environment_key(root, config, &mut memo);
+    let mut memo = Memo::open(ctx.cache_dir().join("digests.json"));
+    let environment = environment_key(ctx, &mut memo);
     let environment = if gpu_compiled {
-        gpu_environment_key(root, config, &environment, &mut memo)
+        gpu_environment_key(ctx, &environment, &mut memo)
     } else {
         environment
     };
@@ -315,7 +335,7 @@ fn number_labels(
             *n += 1;
             let label = Label {
                 id: id.clone(),
-                name: render::label_name(id, docs[d].number.as_deref(), *n),
+                name: label_name(id, docs[d].number.as_deref(), *n),
                 html_path: docs[d].html_path.clone(),
             };
             labels.insert(id.clone(), label.clone());
@@ -323,6 +343,22 @@ fn number_labels(
         }
     }
     (labels, label_of)
+}
+
+/// The label prefix for the n-th figure or table of a chapter numbered `number` ("2.1.").
+fn label_name(id: &str, number: Option<&str>, n: usize) -> String {
+    let word = if id.starts_with("fig-") {
+        "Figure"
+    } else {
+        "Table"
+    };
+    match number
+        .map(|s| s.trim_end_matches('.'))
+        .filter(|s| !s.is_empty())
+    {
+        Some(chapter) => format!("{word} {chapter}.{n}"),
+        None => format!("{word} {n}"),
+    }
 }
 
 /// What a cell's run depends on in the book itself: its chapter's shared code (parameters and
@@ -388,7 +424,8 @@ fn module_name(source: &str, segment: usize) -> String {
 }
 
 /// Everything every cell's output depends on besides its own code.
-fn environment_key(root: &Path, config: &Config, memo: &mut Memo) -> KeyHasher {
+fn environment_key(ctx: &Context<'_>, memo: &mut Memo) -> KeyHasher {
+    let (root, config) = (ctx.root, ctx.config);
     let mut h = KeyHasher::default();
     h.part("engine", ENGINE.as_bytes());
     h.part("rustc", toolchain(root).as_bytes());
@@ -416,12 +453,8 @@ fn environment_key(root: &Path, config: &Config, memo: &mut Memo) -> KeyHasher {
 
 /// The environment of a build that compiles GPU cells: the CPU cells' and the GPU cells' own
 /// dependencies.
-fn gpu_environment_key(
-    root: &Path,
-    config: &Config,
-    environment: &KeyHasher,
-    memo: &mut Memo,
-) -> KeyHasher {
+fn gpu_environment_key(ctx: &Context<'_>, environment: &KeyHasher, memo: &mut Memo) -> KeyHasher {
+    let (root, config) = (ctx.root, ctx.config);
     let mut h = environment.clone();
     h.part(
         "gpu-dependencies",
@@ -496,6 +529,12 @@ mod tests {
             toolchain(&dir.join("book")).contains("rustc"),
             "falls back to rustc -vV"
         );
+    }
+
+    #[test]
+    fn label_names_follow_chapter_numbers() {
+        assert_eq!(label_name("fig-a", Some("2.1."), 3), "Figure 2.1.3");
+        assert_eq!(label_name("tbl-a", None, 1), "Table 1");
     }
 
     #[test]

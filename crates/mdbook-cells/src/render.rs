@@ -1,72 +1,10 @@
 //! Turning a cell and its outcome into the markdown and HTML the chapter shows.
 
-use crate::outcome::{Fault, Outcome, OutputKind, Stored};
+use crate::outcome::{Outcome, OutputKind, Stored};
 use crate::parse::{CellBlock, CellOptions, Evidence};
+use crate::types::{Label, Labels, Shown};
 use cell_output::escape;
-use std::collections::HashMap;
 use std::fmt::Write as _;
-
-/// What the page shows under a cell's code.
-#[derive(Debug, Clone)]
-pub enum Shown {
-    /// The cell ran (now or earlier) and this is what it produced.
-    Output(Stored),
-    /// The cell failed; `expected` when that is its point.
-    Failure {
-        /// Why.
-        fault: Fault,
-        /// The failure's text (a compiler diagnostic, a panic message).
-        message: String,
-        /// What it printed before it failed.
-        stdout: String,
-        /// Its `expect-fail` says it should fail.
-        expected: bool,
-    },
-    /// A GPU cell's output recorded on a GPU earlier, under a badge; `stale` when the cell or
-    /// its inputs changed since.
-    Frozen {
-        /// The recorded output.
-        stored: Stored,
-        /// Where, when and how it was recorded.
-        badge: String,
-        /// The cell or its inputs changed since.
-        stale: bool,
-    },
-    /// A note instead of output (a GPU cell that has never run on a GPU).
-    Note(String),
-    /// Nothing under the code (a prelude).
-    Nothing,
-}
-
-/// A numbered figure or table: its id, "Figure 2.3", and the page it is on.
-#[derive(Debug, Clone)]
-pub struct Label {
-    /// The cell's `id` (`fig-…`, `tbl-…`).
-    pub id: String,
-    /// "Figure 2.3".
-    pub name: String,
-    /// The page it is on (`part-1/intro.html`).
-    pub html_path: String,
-}
-
-/// Every `fig-`/`tbl-` id in the book and its label.
-pub type Labels = HashMap<String, Label>;
-
-/// The label prefix for the n-th figure or table of a chapter numbered `number` ("2.1.").
-pub fn label_name(id: &str, number: Option<&str>, n: usize) -> String {
-    let word = if id.starts_with("fig-") {
-        "Figure"
-    } else {
-        "Table"
-    };
-    match number
-        .map(|s| s.trim_end_matches('.'))
-        .filter(|s| !s.is_empty())
-    {
-        Some(chapter) => format!("{word} {chapter}.{n}"),
-        None => format!("{word} {n}"),
-    }
-}
 
 /// A cell as markdown: its code (unless hidden) and what it showed, inside one `div`; a
 /// `fold`ed cell shows what it showed first and its code under it, in a closed `<details>`. The
@@ -402,7 +340,8 @@ pub fn references(prose: &str, labels: &Labels, from_html: &str) -> (String, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::FailureKind;
+    use crate::outcome::{FailureKind, Fault};
+    use std::collections::HashMap;
 
     fn labels() -> Labels {
         HashMap::from([
@@ -437,12 +376,6 @@ mod tests {
             "See [Figure 2.1](#fig-peak) and [Table 3](../forensics.html#tbl-log); mail a@fig-peak.org; `@fig-peak` stays; **@fig-none (unknown reference)**."
         );
         assert_eq!(unknown, [("fig-none".to_string(), 0)]);
-    }
-
-    #[test]
-    fn label_names_follow_chapter_numbers() {
-        assert_eq!(label_name("fig-a", Some("2.1."), 3), "Figure 2.1.3");
-        assert_eq!(label_name("tbl-a", None, 1), "Table 1");
     }
 
     #[test]

@@ -2,13 +2,13 @@
 //! build, or a GPU cell's freeze — and the problems that come with it.
 
 use crate::build::{BuildStats, Built, Got};
-use crate::config::GpuMode;
+use crate::context::Context;
+use crate::gpu::GpuMode;
 use crate::outcome::{FailureKind, Fault, Outcome, OutputKind, SharedPart, Stored};
 use crate::params::Param;
 use crate::parse::CellBlock;
 use crate::plan::{Plan, PlannedCell};
-use crate::render::Shown;
-use crate::types::{Document, Problem, Source, StoreNote};
+use crate::types::{Document, Problem, Shown, Source, StoreNote};
 use cell_output::{Align, Table};
 
 /// One cell, resolved: what its page shows, where that came from, and what is wrong.
@@ -35,7 +35,7 @@ pub(crate) struct Resolved {
 
 /// Resolves every planned cell from what the build got for it (or, for a GPU cell that did
 /// not run, its freeze), with its problems.
-pub(crate) fn resolve(docs: &[Document], plan: &Plan, built: Built, gpu: &GpuMode) -> Resolved {
+pub(crate) fn resolve(ctx: &Context<'_>, docs: &[Document], plan: &Plan, built: Built) -> Resolved {
     let Built {
         mut got,
         prelude_errors,
@@ -49,19 +49,19 @@ pub(crate) fn resolve(docs: &[Document], plan: &Plan, built: Built, gpu: &GpuMod
         .iter()
         .map(|f| {
             let c = plan.block(f);
-            let chapter = &docs[f.doc].source;
             let got = got.remove(f.module.as_str());
             if let (Some(at), Some(got)) = (&f.freeze, &got) {
-                problems.extend(gpu.freeze_output(at, &got.stored));
+                problems.extend(ctx.gpu.freeze_output(at, &got.stored));
             }
-            let shared = Shared {
-                errors: prelude_errors.get(&f.doc).map_or(&[], Vec::as_slice),
+            let chapter = Chapter {
+                source: &docs[f.doc].source,
+                shared_errors: prelude_errors.get(&f.doc).map_or(&[], Vec::as_slice),
                 params: &plan.params[f.doc],
             };
-            let mut resolution = resolve_cell(f, c, chapter, got, shared, gpu);
+            let mut resolution = resolve_cell(f, c, &chapter, got, &ctx.gpu);
             if let Some(check) = checks.remove(f.module.as_str()) {
                 resolution.problems.push(Problem {
-                    file: chapter.clone(),
+                    file: chapter.source.to_string(),
                     line: c.fence_line,
                     reason: check.to_string(),
                 });
@@ -77,11 +77,13 @@ pub(crate) fn resolve(docs: &[Document], plan: &Plan, built: Built, gpu: &GpuMod
     }
 }
 
-/// What a chapter's cells share, as its prelude and parameters cells show it.
-struct Shared<'a> {
-    /// Compile errors in the shared code: chapter line and text.
-    errors: &'a [(usize, String)],
-    /// The chapter's parameters with this build's values.
+/// A cell's chapter, as its resolution needs it.
+struct Chapter<'a> {
+    /// The chapter's file, as problems name it.
+    source: &'a str,
+    /// Compile errors in the code its cells share (prelude, parameters): chapter line and text.
+    shared_errors: &'a [(usize, String)],
+    /// Its parameters with this build's values.
     params: &'a [Param],
 }
 
@@ -91,9 +93,8 @@ struct Shared<'a> {
 fn resolve_cell(
     f: &PlannedCell,
     c: &CellBlock,
-    chapter: &str,
+    chapter: &Chapter<'_>,
     got: Option<Got>,
-    shared: Shared<'_>,
     gpu: &GpuMode,
 ) -> Resolution {
     let mut problems = Vec::new();
@@ -105,7 +106,7 @@ fn resolve_cell(
         (failed(Fault::ParametersInError, why), Source::NotRun)
     } else if let Some(part) = c.options.shared() {
         let lines = c.code_line..c.code_line + c.code.lines().count();
-        let errors: Vec<&str> = (shared.errors.iter())
+        let errors: Vec<&str> = (chapter.shared_errors.iter())
             .filter(|(line, _)| lines.contains(line))
             .map(|(_, text)| text.as_str())
             .collect();
@@ -114,7 +115,7 @@ fn resolve_cell(
         } else if part == SharedPart::Parameters {
             Shown::Output(Stored::of(Outcome::Value {
                 kind: OutputKind::Table,
-                body: parameters_table(shared.params),
+                body: parameters_table(chapter.params),
             }))
         } else {
             Shown::Nothing
@@ -123,7 +124,7 @@ fn resolve_cell(
     } else if let Some(got) = got {
         (shown_for(c, got.stored), got.source)
     } else if let Some(at) = &f.freeze {
-        let (shown, source, problem) = gpu.frozen(at, chapter, c.fence_line);
+        let (shown, source, problem) = gpu.frozen(at, chapter.source, c.fence_line);
         problems.extend(problem);
         (shown, source)
     } else {
@@ -139,8 +140,8 @@ fn resolve_cell(
     {
         let first = message.lines().next().unwrap_or_default();
         problems.push(Problem {
-            file: chapter.to_string(),
-            line: first_line_number(message, chapter).unwrap_or(c.fence_line),
+            file: chapter.source.to_string(),
+            line: first_line_number(message, chapter.source).unwrap_or(c.fence_line),
             reason: format!("{}: {first}", fault.label()),
         });
     }

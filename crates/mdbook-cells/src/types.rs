@@ -1,7 +1,8 @@
-//! What goes into a build and what comes out of it: chapters, problems, and the report.
+//! What goes into a build and what comes out of it: chapters and their figure and table
+//! labels, what a page shows for each cell, problems, and the report.
 
-use crate::outcome::Fault;
-
+use crate::outcome::{Fault, Stored};
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -24,6 +25,20 @@ pub struct Document {
     pub content: String,
 }
 
+/// A numbered figure or table: its id, "Figure 2.3", and the page it is on.
+#[derive(Debug, Clone)]
+pub struct Label {
+    /// The cell's `id` (`fig-…`, `tbl-…`).
+    pub id: String,
+    /// "Figure 2.3".
+    pub name: String,
+    /// The page it is on (`part-1/intro.html`).
+    pub html_path: String,
+}
+
+/// Every `fig-`/`tbl-` id in the book and its label.
+pub type Labels = HashMap<String, Label>;
+
 /// A failure strict mode refuses: `chapter.md:LINE: cell failed: reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -43,6 +58,38 @@ impl fmt::Display for Problem {
             self.file, self.line, self.reason
         )
     }
+}
+
+/// What the page shows under a cell's code.
+#[derive(Debug, Clone)]
+pub enum Shown {
+    /// The cell ran (now or earlier) and this is what it produced.
+    Output(Stored),
+    /// The cell failed; `expected` when that is its point.
+    Failure {
+        /// Why.
+        fault: Fault,
+        /// The failure's text (a compiler diagnostic, a panic message).
+        message: String,
+        /// What it printed before it failed.
+        stdout: String,
+        /// Its `expect-fail` says it should fail.
+        expected: bool,
+    },
+    /// A GPU cell's output recorded on a GPU earlier, under a badge; `stale` when the cell or
+    /// its inputs changed since.
+    Frozen {
+        /// The recorded output.
+        stored: Stored,
+        /// Where, when and how it was recorded.
+        badge: String,
+        /// The cell or its inputs changed since.
+        stale: bool,
+    },
+    /// A note instead of output (a GPU cell that has never run on a GPU).
+    Note(String),
+    /// Nothing under the code (a prelude).
+    Nothing,
 }
 
 /// Where the outcome a page shows for a cell came from, in this build.

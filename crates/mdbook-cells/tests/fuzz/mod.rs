@@ -8,7 +8,8 @@ use mdbook_cells::config::Config;
 use mdbook_cells::freeze;
 use mdbook_cells::outcome::{FailureKind, Fault, Outcome, OutputKind, Stored};
 use mdbook_cells::parse::{self, Segment};
-use mdbook_cells::render::{self, Label, Labels, Shown};
+use mdbook_cells::render;
+use mdbook_cells::types::{Label, Labels, Shown};
 use snapshots::fuzz::{self, Budget, Verdict};
 use std::path::{Path, PathBuf};
 
