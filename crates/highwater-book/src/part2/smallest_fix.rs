@@ -11,44 +11,47 @@ pub fn on_off(b: bool) -> &'static str {
 }
 
 /// The factorial table: for each of `configs` (combinations of overlap, logits cache and
-/// clone), its rate at 60 sessions, its worst rate over 6 to 72 sessions in steps of 6, and
-/// the static check's races at 60. Which switch clears the race is read off its rows.
-pub fn factorial_table(configs: &[Config]) -> Result<Table, CellError> {
+/// clone), its rate at `sessions` (one of the swept counts), its worst rate over 6 to 72
+/// sessions in steps of 6, and the static check's races at `sessions`. Which switch clears the
+/// race is read off its rows.
+pub fn factorial_table(configs: &[Config], sessions: u32) -> Result<Table, CellError> {
+    let at = format!("at {sessions} sessions");
+    let races = format!("races at {sessions}");
     let mut t = Table::new([
         "overlap",
         "logits cached",
         "clone",
-        "at 60 sessions",
+        at.as_str(),
         "worst, 6–72 sessions",
-        "races at 60",
+        races.as_str(),
     ]);
     for c in configs {
         let mut worst = (0.0, 0);
-        let mut at60 = None;
+        let mut at_load = None;
         for s in super::mechanism::sessions() {
             let captured = Captured::new(c, s)?;
             let r = captured.rate(Timing::default(), Workload::default());
             if r.fraction() > worst.0 {
                 worst = (r.fraction(), s);
             }
-            // 60 is one of the swept sessions: its rate and its races are taken from the
-            // sweep's capture, not captured and measured again.
-            if s == 60 {
-                at60 = Some((r, captured.check().races().count()));
+            // Its rate and its races at `sessions` are taken from the sweep's capture, not
+            // captured and measured again.
+            if s == sessions {
+                at_load = Some((r, captured.check().races().count()));
             }
         }
-        let (r60, races60) = at60.ok_or("60 sessions not swept")?;
+        let (rate, races_at_load) = at_load.ok_or(format!("{sessions} sessions not swept"))?;
         t.push([
             on_off(c.overlap).to_string(),
             on_off(c.logits_cached).to_string(),
             on_off(c.perturbing_clone).to_string(),
-            format!("{:.1} %", 100.0 * r60.fraction()),
+            format!("{:.1} %", 100.0 * rate.fraction()),
             if worst.1 == 0 {
                 "0 %".to_string()
             } else {
                 format!("{:.1} % at {}", 100.0 * worst.0, worst.1)
             },
-            races60.to_string(),
+            races_at_load.to_string(),
         ]);
     }
     Ok(t)
@@ -116,7 +119,7 @@ mod tests {
                 }
             }
         }
-        let t = factorial_table(&configs).unwrap();
+        let t = factorial_table(&configs, 60).unwrap();
         assert_eq!(t.rows().len(), 8);
         for row in t.rows() {
             // Overlap on: every row corrupts and races; off: clean everywhere and to the check.
