@@ -11,6 +11,8 @@ use std::error::Error as StdError;
 use std::fmt::{self, Display, Write as _};
 
 pub mod export;
+#[cfg(feature = "freeze")]
+pub mod freeze;
 pub mod harness;
 
 /// The error type a cell's `?` converts into.

@@ -15,6 +15,7 @@
 //! Everything is seeded and deterministic: the same configuration, sessions, timing and
 //! workload give the same rates on every machine.
 
+pub mod arms;
 pub mod capture;
 pub mod check;
 pub mod config;

@@ -12,8 +12,12 @@
 //! - [`bytes`]: the precision policy below.
 //! - [`series`]: [`highwater::RunReport`]s and GPU records as
 //!   [`highwater_plot::Series`], and the high-water figure.
-//! - [`tables`], [`text`], [`json`], [`reports`]: a ledger as a table, lists and ranges as
-//!   prose writes them, lenient reads of result files, refusals counted by size and page.
+//! - [`tables`], [`text`], [`reports`]: a ledger as a table, lists and ranges as prose writes
+//!   them, refusals counted by size and page.
+//! - Result and freeze files are read with the types their writers wrote them with
+//!   ([`situ::results`], [`graphrace::arms`], [`highwater::conform`], [`cell_output::freeze`])
+//!   through [`Book::json`] and [`Book::frozen`]: a field missing fails the read, naming the
+//!   file and the field, so a renamed field fails the build rather than showing a dash.
 //! - Each chapter's own helpers, in a module named as its file under `src/` is:
 //!   `src/primer.md` → [`primer`], `src/part-1/dry-run.md` → [`part1::dry_run`],
 //!   `src/part-2/static-check.md` → [`part2::static_check`], `src/reference/…` →
@@ -48,7 +52,6 @@
 
 pub mod bytes;
 pub mod experiments;
-pub mod json;
 pub mod load;
 pub mod memview;
 pub mod reports;

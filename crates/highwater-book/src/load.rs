@@ -2,8 +2,10 @@
 //! the directory mdbook-cells runs the cells in, so that an error names the file as the
 //! chapter's `reads:` line does (`repro/recipes/situ.toml:12: …`).
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use cell_output::freeze::Freeze;
 use highwater::conform::{KnownMiss, NetworkRecord, RerunRecord, parse_known_misses};
 use highwater::{Incident, InputError, Recipe};
 use serde::de::DeserializeOwned;
@@ -187,6 +189,28 @@ impl Book {
     /// A JSON file read into `T`.
     pub fn json<T: DeserializeOwned>(&self, relative: impl AsRef<Path>) -> Result<T, BookError> {
         json_at(&self.path(relative))
+    }
+
+    /// The value a GPU cell froze at `relative` (a [`Freeze`] whose output's body is `T` as
+    /// JSON), or `None` while the cell has no freeze. A freeze that lacks a field, or whose body
+    /// is not a `T`, is an error naming the file and the field.
+    pub fn frozen<T: DeserializeOwned>(
+        &self,
+        relative: impl AsRef<Path>,
+    ) -> Result<Option<T>, BookError> {
+        let path = self.path(relative);
+        let freeze: Freeze = match json_at(&path) {
+            Err(BookError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            other => other?,
+        };
+        serde_json::from_str(&freeze.output.body)
+            .map(Some)
+            .map_err(|e| BookError::Parse {
+                path: path.display().to_string(),
+                reason: format!("the frozen output's body: {e}"),
+            })
     }
 
     /// A TOML file read into `T`.

@@ -71,6 +71,70 @@ fn a_missing_file_names_its_path() {
     assert!(e.to_string().contains("experiments.toml"), "{e}");
 }
 
+/// A scratch book holding a copy of this repository's `relative` with every `from` replaced by
+/// `to`: a field renamed, as an edit to a writer would rename it.
+fn renamed(relative: &str, from: &str, to: &str) -> (tempfile::TempDir, Book) {
+    let text = repo().read(relative).unwrap();
+    assert!(text.contains(from), "{relative} has no {from}");
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().join(relative);
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::write(&at, text.replace(from, to)).unwrap();
+    let book = Book::at(dir.path());
+    (dir, book)
+}
+
+#[test]
+fn a_result_file_with_a_field_renamed_fails_naming_the_file_and_the_field() {
+    use highwater::conform::RerunRecord;
+    use highwater_book::part1::{fix_and_gate, rerun};
+
+    type Read = fn(&Book) -> Result<(), String>;
+    fn said<T, E: ToString>(r: Result<T, E>) -> Result<(), String> {
+        r.map(drop).map_err(|e| e.to_string())
+    }
+    // The file, the field renamed in it (a key as the file spells it), how a chapter reads it.
+    // An object that refuses fields it does not know names the renamed one among those it
+    // expected; the gate's and the bench's top level cannot (they flatten their provenance),
+    // and say the field is missing.
+    let cases: [(&str, &str, Read); 6] = [
+        (fix_and_gate::GATE, "finite_difference_eps", |b| {
+            said(fix_and_gate::gate_thresholds_table(b))
+        }),
+        (fix_and_gate::GATE, "unwritten", |b| {
+            said(fix_and_gate::gate_summary_table(b))
+        }),
+        (fix_and_gate::BENCH, "speedup_fused_over_tensor", |b| {
+            said(fix_and_gate::bench_table(b))
+        }),
+        ("repro/results/graphrace-h200.json", "racing_replays", |b| {
+            said(b.graphrace_gpu())
+        }),
+        (rerun::GPU_CELL_FREEZE, "command", |b| {
+            said(rerun::gpu_cell_table(b))
+        }),
+        // A field of the record the freeze's body holds (a JSON string, its quotes escaped).
+        (rerun::GPU_CELL_FREEZE, r#"\"recipe_path\""#, |b| {
+            said(b.frozen::<RerunRecord>(rerun::GPU_CELL_FREEZE))
+        }),
+    ];
+    for (file, key, read) in cases {
+        assert_eq!(read(&repo()), Ok(()), "{file} as committed");
+        let (written, field) = match key.strip_prefix(r#"\""#) {
+            Some(escaped) => (key.to_string(), escaped.trim_end_matches(r#"\""#)),
+            None => (format!("\"{key}\""), key),
+        };
+        let (_dir, book) = renamed(
+            file,
+            &format!("{written}:"),
+            &format!("{}:", written.replace(field, "renamed")),
+        );
+        let e = read(&book).expect_err(field);
+        assert!(e.contains(file), "{field}: {e}");
+        assert!(e.contains(&format!("`{field}`")), "{field}: {e}");
+    }
+}
+
 #[test]
 fn experiments_are_found_by_their_model() {
     let book = fixture("book");

@@ -17,8 +17,6 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use crate::key::KeyHasher;
 use crate::outcome::Stored;
 use crate::parse::{self, CellBlock, Segment};
@@ -63,30 +61,9 @@ fn keyed_code(shared: &str, cell: &CellBlock) -> KeyHasher {
     h
 }
 
-/// One GPU cell's recorded output.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Freeze {
-    /// Hash of what the output depends on (see the module docs).
-    pub source: String,
-    /// The GPU, as `nvidia-smi` names it.
-    pub gpu: String,
-    /// UTC, `YYYY-MM-DDTHH:MM:SSZ`.
-    pub date: String,
-    /// The command that ran it.
-    pub command: String,
-    /// What the cell produced there.
-    pub output: Stored,
-}
-
-impl Freeze {
-    /// The badge over the output.
-    pub fn badge(&self) -> String {
-        format!(
-            "GPU output recorded on {} at {} by `{}`",
-            self.gpu, self.date, self.command
-        )
-    }
-}
+/// One GPU cell's recorded output, its outcome parsed: the file's type is
+/// [`cell_output::freeze::Freeze`], which a book's library reads too.
+pub type Freeze = cell_output::freeze::Freeze<Stored>;
 
 /// The command that makes freezes, as the badge names it.
 pub const COMMAND: &str = "MDBOOK_CELLS_GPU=1 mdbook build";

@@ -2,8 +2,10 @@
 //! so a new kind is one variant whose name, label and caching rule sit beside the others.
 //!
 //! On disk (the cache, freezes, bundles) a cell's result keeps its flat form
-//! `{stdout, stderr, kind, body}`: a kind this engine does not write is refused on read.
+//! `{stdout, stderr, kind, body}` (`cell_output::freeze::StoredOutput`, which a book may read
+//! too): a kind this engine does not write is refused on read.
 
+use cell_output::freeze::StoredOutput;
 use serde::{Deserialize, Serialize};
 
 /// What a cell may return (`cell_output::Output::kind`, except `error`, a failure).
@@ -227,7 +229,7 @@ impl Outcome {
 /// What a cell produced: its outcome and what it printed. Kept in the cache, in freezes and in
 /// a bundle's results.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "Flat", into = "Flat")]
+#[serde(try_from = "StoredOutput", into = "StoredOutput")]
 pub struct Stored {
     /// What it printed to standard output.
     pub stdout: String,
@@ -253,19 +255,12 @@ impl Stored {
     }
 }
 
-/// The stored form: the kind by name, so that entries written before a kind was added still read.
-#[derive(Serialize, Deserialize)]
-struct Flat {
-    stdout: String,
-    stderr: String,
-    kind: String,
-    body: String,
-}
-
-impl TryFrom<Flat> for Stored {
+/// The stored form keeps the kind by name, so that entries written before a kind was added
+/// still read.
+impl TryFrom<StoredOutput> for Stored {
     type Error = String;
 
-    fn try_from(flat: Flat) -> Result<Stored, String> {
+    fn try_from(flat: StoredOutput) -> Result<Stored, String> {
         let kind = flat.kind;
         let outcome = Outcome::from_parts(&kind, flat.body).ok_or_else(|| {
             let shown: String = kind.chars().take(40).collect();
@@ -282,14 +277,14 @@ impl TryFrom<Flat> for Stored {
     }
 }
 
-impl From<Stored> for Flat {
-    fn from(stored: Stored) -> Flat {
+impl From<Stored> for StoredOutput {
+    fn from(stored: Stored) -> StoredOutput {
         let kind = stored.outcome.kind_name().to_string();
         let body = match stored.outcome {
             Outcome::Value { body, .. } => body,
             Outcome::Failed { message, .. } => message,
         };
-        Flat {
+        StoredOutput {
             stdout: stored.stdout,
             stderr: stored.stderr,
             kind,

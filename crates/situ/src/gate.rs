@@ -23,6 +23,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData};
 use highwater::recipe::{Activation, Recipe};
+use serde::{Deserialize, Serialize};
 
 use crate::counters::{PathCounts, SituCounts};
 use crate::fused::{SituBackend, to_f64};
@@ -93,19 +94,21 @@ pub struct Componentwise {
     pub loss_rounding: f64,
 }
 
-/// One comparison, as recorded.
-#[derive(Debug, Clone)]
-#[cfg_attr(feature = "cuda", derive(serde::Serialize))]
+/// One comparison, as recorded (in `situ-gate`'s file, [`crate::results::Gate`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Check {
     /// What was compared with what.
     pub what: String,
     /// `[N, f]`.
     pub shape: [usize; 2],
     /// `none`, `balanced`, or `-` for a kernel run alone.
-    pub checkpointing: &'static str,
-    /// The kernel's vector width, for a kernel run alone.
+    pub checkpointing: String,
+    /// The kernel's vector width, for a kernel run alone (null otherwise, never absent).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub vector: Option<usize>,
-    /// Cubes launched, for a kernel run alone.
+    /// Cubes launched, for a kernel run alone (null otherwise, never absent).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub cubes: Option<u64>,
     /// The error measured.
     pub value: f64,
@@ -118,11 +121,11 @@ pub struct Check {
 }
 
 /// One of the three tests and its checks.
-#[derive(Debug, Clone)]
-#[cfg_attr(feature = "cuda", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TestResult {
     /// [`FWD`], [`BWD`] or [`FD`].
-    pub name: &'static str,
+    pub name: String,
     /// Every check passed.
     pub pass: bool,
     /// In the order they ran.
@@ -241,7 +244,7 @@ pub fn run<B: GateBackend>(device: &B::Device, plan: &GatePlan<'_>, seed: u64) -
     let mut tests: Vec<TestResult> = [FWD, BWD, FD]
         .into_iter()
         .map(|name| TestResult {
-            name,
+            name: name.to_string(),
             pass: true,
             checks: vec![],
         })
@@ -308,7 +311,7 @@ impl Checks {
             Check {
                 what,
                 shape,
-                checkpointing: ckpt,
+                checkpointing: ckpt.to_string(),
                 vector: launch.map(|l| l.vector),
                 cubes: launch.map(|l| l.cubes),
                 value,

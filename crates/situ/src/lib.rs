@@ -71,6 +71,7 @@ mod fused;
 pub mod gate;
 pub mod network;
 pub mod reference;
+pub mod results;
 mod tensor_path;
 pub mod train;
 

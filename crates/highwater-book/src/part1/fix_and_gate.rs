@@ -1,13 +1,17 @@
 //! *The fix and its gate* (`src/part-1/fix-and-gate.md`): what its cells compute.
 //!
 //! The fused SiTU kernel's gate and benchmark ran on an H200 and wrote JSON files; these
-//! helpers render them as the chapter's tables, leniently (a missing field shows as `–`, see
-//! [`crate::json`]), so that a table shows what the run recorded rather than failing on it.
+//! helpers read them with the types the binaries wrote them with ([`situ::results`]) and render
+//! them as the chapter's tables. A file that lacks a field fails to read, naming the file and
+//! the field, so a renamed field fails the build instead of showing a dash on the page.
 
-use cell_output::{CellError, Table};
+use cell_output::{CellError, Markdown, Table};
+use highwater::conform::Provenance;
+use situ::gate::Check;
+use situ::results::{Bench, Gate};
 
 use crate::Book;
-use crate::json::{Field, Json};
+use crate::load::BookError;
 
 /// The gate's record: every check of the report's three tests, with its error and threshold.
 pub const GATE: &str = "repro/results/gate-situ-h200.json";
@@ -15,10 +19,34 @@ pub const GATE: &str = "repro/results/gate-situ-h200.json";
 /// The benchmark's record: times, bandwidth and live bytes of both paths at the wave's shape.
 pub const BENCH: &str = "repro/results/bench-situ-h200.json";
 
+/// The gate's record ([`GATE`]).
+pub fn gate_record(book: &Book) -> Result<Gate, BookError> {
+    book.json(GATE)
+}
+
+/// The benchmark's record ([`BENCH`]).
+pub fn bench_record(book: &Book) -> Result<Bench, BookError> {
+    book.json(BENCH)
+}
+
+/// Where a record was made, above the tables made from it: "*Recorded on the GPU:* NVIDIA
+/// H200 (143771 MiB, driver …, CUDA …), date, revision `…`, by `situ-gate …`."
+pub fn recorded(p: &Provenance) -> Markdown {
+    Markdown(format!(
+        "*Recorded on the GPU:* {} ({}, driver {}, CUDA {}), {}, revision `{}`, by `{}`.",
+        p.gpu, p.gpu_memory, p.driver, p.cuda, p.date, p.git_revision, p.command
+    ))
+}
+
+/// A shape as the gate's file writes it: `[N, f]`.
+fn shape([n, f]: [usize; 2]) -> String {
+    format!("[{n}, {f}]")
+}
+
 /// One line per test of the gate ([`GATE`]): its result, the checks passed, and its worst
 /// check relative to that check's threshold (checks without a threshold left out).
 pub fn gate_summary_table(book: &Book) -> Result<Table, CellError> {
-    let g: Json = book.json(GATE)?;
+    let g = gate_record(book)?;
     let mut t = Table::new([
         "test",
         "result",
@@ -27,29 +55,24 @@ pub fn gate_summary_table(book: &Book) -> Result<Table, CellError> {
         "its error",
         "its threshold",
     ]);
-    for test in g.at("tests").arr() {
-        let checks = test.at("checks").arr();
-        let passed = checks.iter().filter(|c| c.at("pass").yes()).count();
+    for test in &g.tests {
+        let checks = &test.checks;
+        let passed = checks.iter().filter(|c| c.pass).count();
         let worst = checks
             .iter()
-            .filter(|c| c.at("threshold").num() > 0.0)
-            .max_by(|a, b| {
-                (a.at("value").num() / a.at("threshold").num())
-                    .total_cmp(&(b.at("value").num() / b.at("threshold").num()))
-            });
+            .filter(|c| c.threshold > 0.0)
+            .max_by(|a, b| (a.value / a.threshold).total_cmp(&(b.value / b.threshold)));
         t.push([
-            test.at("name").str().to_string(),
-            if test.at("pass").yes() {
+            test.name.clone(),
+            if test.pass {
                 "pass".into()
             } else {
                 "FAIL".into()
             },
             format!("{passed} / {}", checks.len()),
-            worst.map_or("–".into(), |c| {
-                format!("{} {}", c.at("what").str(), c.at("shape").text())
-            }),
-            worst.map_or("–".into(), |c| format!("{:.1e}", c.at("value").num())),
-            worst.map_or("–".into(), |c| format!("{:.0e}", c.at("threshold").num())),
+            worst.map_or("–".into(), |c| format!("{} {}", c.what, shape(c.shape))),
+            worst.map_or("–".into(), |c| format!("{:.1e}", c.value)),
+            worst.map_or("–".into(), |c| format!("{:.0e}", c.threshold)),
         ]);
     }
     Ok(t)
@@ -58,30 +81,18 @@ pub fn gate_summary_table(book: &Book) -> Result<Table, CellError> {
 /// One line per shape `[N, f]` the gate ran ([`GATE`]), in the order first checked: the vector
 /// width its kernels ran with, and the fused-vs-tensor errors and the finite-difference check.
 pub fn gate_shapes_table(book: &Book) -> Result<Table, CellError> {
-    let g: Json = book.json(GATE)?;
-    let all: Vec<&Json> = g
-        .at("tests")
-        .arr()
-        .iter()
-        .flat_map(|t| t.at("checks").arr())
-        .collect();
-    let find = |shape: &str, what: &str, ck: &str| {
+    let g = gate_record(book)?;
+    let all: Vec<&Check> = g.tests.iter().flat_map(|t| &t.checks).collect();
+    let find = |shape: [usize; 2], what: &str, ck: &str| {
         all.iter()
-            .find(|c| {
-                c.at("shape").text() == shape
-                    && c.at("what").str().starts_with(what)
-                    && c.at("checkpointing").str() == ck
-            })
-            .map_or("–".to_string(), |c| {
-                format!("{:.1e}", c.at("value").num())
-            })
+            .find(|c| c.shape == shape && c.what.starts_with(what) && c.checkpointing == ck)
+            .map_or("–".to_string(), |c| format!("{:.1e}", c.value))
     };
     // The shapes the kernels ran at: the checks that record a vector width.
-    let mut shapes: Vec<String> = vec![];
+    let mut shapes: Vec<[usize; 2]> = vec![];
     for c in &all {
-        let s = c.at("shape").text();
-        if c.at("vector").num().is_finite() && !shapes.contains(&s) {
-            shapes.push(s);
+        if c.vector.is_some() && !shapes.contains(&c.shape) {
+            shapes.push(c.shape);
         }
     }
     let mut t = Table::new([
@@ -92,13 +103,13 @@ pub fn gate_shapes_table(book: &Book) -> Result<Table, CellError> {
         "d(mid), balanced",
         "finite difference",
     ]);
-    for s in &shapes {
+    for &s in &shapes {
         let v = all
             .iter()
-            .find(|c| &c.at("shape").text() == s && c.at("vector").num().is_finite())
-            .map_or("–".into(), |c| c.at("vector").text());
+            .find_map(|c| c.vector.filter(|_| c.shape == s))
+            .map_or("–".into(), |v| v.to_string());
         t.push([
-            s.clone(),
+            shape(s),
             v,
             find(s, "autodiff forward: fused vs tensor", "none"),
             find(s, "d(mid): fused vs tensor", "none"),
@@ -112,32 +123,30 @@ pub fn gate_shapes_table(book: &Book) -> Result<Table, CellError> {
 /// The gate's thresholds ([`GATE`]), one per kind of comparison, as the binary fixed them
 /// before it ran.
 pub fn gate_thresholds_table(book: &Book) -> Result<Table, CellError> {
-    let g: Json = book.json(GATE)?;
-    let th = g.at("thresholds");
+    let th = gate_record(book)?.thresholds;
     Ok(Table::new(["comparison", "threshold"])
         .row([
             "fused vs tensor path, forward",
-            &format!("{:.0e}", th.at("fused_vs_tensor_forward").num()),
+            &format!("{:.0e}", th.fused_vs_tensor_forward),
         ])
         .row([
             "fused vs tensor path, d(mid)",
-            &format!("{:.0e}", th.at("fused_vs_tensor_backward").num()),
+            &format!("{:.0e}", th.fused_vs_tensor_backward),
         ])
         .row([
             "either path vs the f64 host formula",
-            &format!("{:.0e}", th.at("vs_f64_reference").num()),
+            &format!("{:.0e}", th.vs_f64_reference),
         ])
         .row([
             "directional finite difference",
             &format!(
                 "{:.0e} (step {:.0e})",
-                th.at("finite_difference").num(),
-                th.at("finite_difference_eps").num()
+                th.finite_difference, th.finite_difference_eps
             ),
         ])
         .row([
             "expert stack, every gradient",
-            &format!("{:.0e}", th.at("expert_stack").num()),
+            &format!("{:.0e}", th.expert_stack),
         ]))
 }
 
@@ -145,51 +154,44 @@ pub fn gate_thresholds_table(book: &Book) -> Result<Table, CellError> {
 /// (forward, backward, both, with their bandwidth), then each path through autodiff, against
 /// the bandwidth floor.
 pub fn bench_table(book: &Book) -> Result<Table, CellError> {
-    let b: Json = book.json(BENCH)?;
-    let k = b.at("fused_kernels");
-    let copy = b.at("copy");
+    let b = bench_record(book)?;
+    let (k, copy) = (&b.fused_kernels, &b.copy);
     let ms = |x: f64| format!("{x:.3} ms");
     let mut t = Table::new(["measurement", "median", "GB/s", "× bandwidth floor"]);
     t.push([
         "device-to-device copy (yardstick)".to_string(),
-        ms(copy.at("median_ms").num()),
-        format!("{:.0}", copy.at("gb_per_s").num()),
+        ms(copy.median_ms),
+        format!("{:.0}", copy.gb_per_s),
         "–".into(),
     ]);
     // Bytes per millisecond / 1e6 = GB/s.
     t.push([
         "fused kernels: forward".to_string(),
-        ms(k.at("median_ms_forward").num()),
-        format!(
-            "{:.0}",
-            k.at("forward_bytes").num() / k.at("median_ms_forward").num() / 1e6
-        ),
+        ms(k.median_ms_forward),
+        format!("{:.0}", k.forward_bytes as f64 / k.median_ms_forward / 1e6),
         "–".into(),
     ]);
     t.push([
         "fused kernels: backward".to_string(),
-        ms(k.at("median_ms_backward").num()),
+        ms(k.median_ms_backward),
         format!(
             "{:.0}",
-            k.at("backward_bytes").num() / k.at("median_ms_backward").num() / 1e6
+            k.backward_bytes as f64 / k.median_ms_backward / 1e6
         ),
         "–".into(),
     ]);
     t.push([
         "fused kernels: forward + backward".to_string(),
-        ms(k.at("median_ms_pair").num()),
-        format!("{:.0}", k.at("gb_per_s").num()),
-        format!("{:.2}", k.at("ratio_to_floor").num()),
+        ms(k.median_ms_pair),
+        format!("{:.0}", k.gb_per_s),
+        format!("{:.2}", k.ratio_to_floor),
     ]);
-    for p in b.at("paths").arr() {
+    for p in &b.paths {
         t.push([
-            format!(
-                "{} path through autodiff, forward + backward",
-                p.at("path").str()
-            ),
-            ms(p.at("median_ms").num()),
+            format!("{} path through autodiff, forward + backward", p.path),
+            ms(p.median_ms),
             "–".into(),
-            format!("{:.2}", p.at("ratio_to_floor").num()),
+            format!("{:.2}", p.ratio_to_floor),
         ]);
     }
     Ok(t)

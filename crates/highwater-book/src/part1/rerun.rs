@@ -461,18 +461,13 @@ pub fn recipe_drift_note(book: &Book) -> Result<Markdown, CellError> {
 }
 
 /// The GPU cell's run ([`GPU_CELL_FREEZE`]) against today's simulator: the card, the worst
-/// errors and the step times (@tbl-rerun-live). With no readable record yet, a line saying
-/// so (the GPU cell already reports its missing or stale freeze, which a strict build fails
-/// on); an error if the simulator misses the run.
+/// errors and the step times (@tbl-rerun-live). With no freeze yet, a line saying so (the GPU
+/// cell already reports its missing or stale freeze, which a strict build fails on); an error
+/// if the freeze or its record lacks a field, or if the simulator misses the run.
 pub fn gpu_cell_table(book: &Book) -> Result<Output, CellError> {
     let path = GPU_CELL_FREEZE;
     // The freeze is the cell's output; its body is the record, as JSON text.
-    let record = book
-        .read(path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|f| serde_json::from_str::<RerunRecord>(f["output"]["body"].as_str()?).ok());
-    let Some(r) = record else {
+    let Some(r) = book.frozen::<RerunRecord>(path)? else {
         return Ok(Markdown(format!(
             "*No run recorded by the GPU cell in `{path}` yet.*"
         ))

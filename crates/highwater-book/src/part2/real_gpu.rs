@@ -1,130 +1,85 @@
 //! *On a real GPU*'s record (`repro/results/graphrace-h200.json`), one point per arm,
-//! concurrency and slowdown of the side's store.
+//! concurrency and slowdown of the side's store, read with the type `graphrace-gpu` wrote it
+//! with ([`graphrace::arms`]): a field missing fails the read, naming the file and the field.
 
 use cell_output::{CellError, Markdown, Table};
+use graphrace::arms::{ArmPoint, ArmsRecord};
 use graphrace::{Captured, Draw, Replayer, Timing, Workload};
 use highwater_plot::{Curve, RateChart};
-use serde::Deserialize;
 
 use super::static_check::{older_layout, on_transient};
 use crate::bytes;
-use crate::json::{Field, Json};
 use crate::load::{Book, BookError, RESULTS};
 use crate::text::{distinct, listed};
 
 /// The GPU repro's record, under the book's root.
 pub const GRAPHRACE_H200: &str = "graphrace-h200.json";
 
-/// One measured point: an arm at one concurrency and one slowdown of the side's store.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Point {
-    /// `overlap`, `serialized`, `eager`, `recorded`.
-    pub arm: String,
-    /// The configuration in `repro/graphrace/` the arm runs.
-    pub config: String,
-    /// Concurrent sessions: the graph's batch.
-    pub sessions: u32,
-    /// How much the side's store was slowed (`--side-stretch`).
-    #[serde(rename = "side_stretch")]
-    pub stretch: f64,
-    /// Sessions whose row was wrong after any replay of their load test.
-    pub corrupted: u64,
-    /// Sessions observed, over every load test of the point.
-    pub observed: u64,
-    /// Replays that left a wrong row.
-    #[serde(rename = "racing_replays")]
-    pub racing: u64,
-    /// Replays, over every load test of the point.
-    pub replays: u64,
-    /// Host-measured wall time per replay, the check included.
-    pub us_per_replay: f64,
-}
-
-impl Point {
-    /// Sessions corrupted, in percent of those observed.
-    pub fn percent(&self) -> f64 {
-        100.0 * self.corrupted as f64 / self.observed as f64
-    }
-}
-
 impl Book {
-    /// The GPU repro's record, as a lenient [`Json`] for its provenance.
-    pub fn graphrace_gpu(&self) -> Result<Json, BookError> {
+    /// The GPU repro's record ([`GRAPHRACE_H200`]): its provenance, settings and points.
+    pub fn graphrace_gpu(&self) -> Result<ArmsRecord, BookError> {
         self.json(format!("{RESULTS}/{GRAPHRACE_H200}"))
     }
 }
 
-/// The record's points, in its order.
-pub fn points(run: &Json) -> Result<Vec<Point>, BookError> {
-    let results = run.get("results").cloned().unwrap_or(Json::Null);
-    serde_json::from_value(results).map_err(|e| BookError::Parse {
-        path: format!("{RESULTS}/{GRAPHRACE_H200}"),
-        reason: format!("`results`: {e}"),
-    })
-}
-
 /// [`Book::graphrace_gpu`] from the cells' directory.
-pub fn recorded() -> Result<Json, BookError> {
+pub fn recorded() -> Result<ArmsRecord, BookError> {
     Book::here().graphrace_gpu()
 }
 
 /// The overlap arm's points at the smallest slowdown, the configuration closest to the model.
-pub fn overlap_at_first_stretch(ps: &[Point]) -> Vec<&Point> {
-    let first = ps.iter().map(|p| p.stretch).fold(f64::INFINITY, f64::min);
+pub fn overlap_at_first_stretch(ps: &[ArmPoint]) -> Vec<&ArmPoint> {
+    let first = ps
+        .iter()
+        .map(|p| p.side_stretch)
+        .fold(f64::INFINITY, f64::min);
     ps.iter()
-        .filter(|p| p.arm == "overlap" && p.stretch == first)
+        .filter(|p| p.arm == "overlap" && p.side_stretch == first)
         .collect()
 }
 
 /// Where, when and how the recorded run was made, as the file records it: the provenance a
 /// reader checks before trusting any number below it.
-pub fn provenance_table(run: &Json) -> Table {
-    let s = &run["settings"];
-    let list = |v: &Json| {
-        v.as_array().map_or("–".into(), |xs| {
-            xs.iter().map(Field::text).collect::<Vec<_>>().join(", ")
-        })
-    };
+pub fn provenance_table(run: &ArmsRecord) -> Table {
+    let s = &run.settings;
+    let list = |xs: &[String]| xs.join(", ");
     Table::new(["", ""])
-        .row(["command".to_string(), run["command"].text()])
-        .row(["built with".to_string(), s["build"].text()])
-        .row(["GPU".to_string(), run["gpu"].text()])
-        .row(["driver".to_string(), run["driver"].text()])
-        .row(["date (UTC)".to_string(), run["date"].text()])
-        .row(["git revision".to_string(), run["git_revision"].text()])
+        .row(["command", &run.command])
+        .row(["built with", &s.build])
+        .row(["GPU", &run.gpu])
+        .row(["driver", &run.driver])
+        .row(["date (UTC)", &run.date])
+        .row(["git revision", &run.git_revision])
         .row([
-            "SM clock, measured at start".to_string(),
-            run["sm_clock_khz"]
-                .as_f64()
-                .map_or("–".into(), |k| format!("{:.0} MHz", k / 1000.0)),
-        ])
-        .row(["concurrencies (sessions)".to_string(), list(&s["sessions"])])
-        .row([
-            "slowdowns of the side's store".to_string(),
-            list(&s["side_stretch"])
-                .split(", ")
-                .map(|x| format!("×{x}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            "SM clock, measured at start",
+            &format!("{:.0} MHz", f64::from(run.sm_clock_khz) / 1000.0),
         ])
         .row([
-            "load tests per point × replays per load test".to_string(),
-            format!("{} × {}", s["trials"].text(), s["replays_per_trial"].text()),
+            "concurrencies (sessions)",
+            &list(&s.sessions.iter().map(u32::to_string).collect::<Vec<_>>()),
         ])
         .row([
-            "thread blocks per kernel".to_string(),
-            s["blocks_per_kernel"].text(),
+            "slowdowns of the side's store",
+            // As the file writes them (`1.0`, not `1`).
+            &list(
+                &s.side_stretch
+                    .iter()
+                    .map(|x| format!("×{x:?}"))
+                    .collect::<Vec<_>>(),
+            ),
         ])
         .row([
-            "bandwidth load on a third stream".to_string(),
-            s["load"].text(),
+            "load tests per point × replays per load test",
+            &format!("{} × {}", s.trials, s.replays_per_trial),
         ])
+        .row(["thread blocks per kernel", &s.blocks_per_kernel.to_string()])
+        .row(["bandwidth load on a third stream", &s.load.to_string()])
 }
 
 /// Each arm of `ps` as the model captures its configuration at `sessions`: the store's
 /// stream, the tensors sharing bytes with `index_k`, and the static check's verdict. It shows
 /// why the arms differ before any GPU number does.
-pub fn arms_table(book: &Book, ps: &[Point], sessions: u32) -> Result<Table, CellError> {
+pub fn arms_table(book: &Book, ps: &[ArmPoint], sessions: u32) -> Result<Table, CellError> {
     let mut t = Table::new([
         "arm",
         "configuration",
@@ -164,16 +119,20 @@ pub fn arms_table(book: &Book, ps: &[Point], sessions: u32) -> Result<Table, Cel
 
 /// The rates figure's chart: one curve for the overlap arm at each slowdown of the store, and
 /// one for each other arm at its worst over all slowdowns (a fix must be clean at every one).
-pub fn rates_chart(run: &Json, ps: &[Point]) -> RateChart {
+pub fn rates_chart(run: &ArmsRecord, ps: &[ArmPoint]) -> RateChart {
     let sessions = distinct(ps.iter().map(|p| p.sessions));
     let mut curves = vec![];
-    for stretch in distinct(ps.iter().filter(|p| p.arm == "overlap").map(|p| p.stretch)) {
+    for stretch in distinct(
+        ps.iter()
+            .filter(|p| p.arm == "overlap")
+            .map(|p| p.side_stretch),
+    ) {
         curves.push(Curve {
             arm: "overlap".into(),
             label: format!("overlap, store ×{stretch}"),
             points: ps
                 .iter()
-                .filter(|p| p.arm == "overlap" && p.stretch == stretch)
+                .filter(|p| p.arm == "overlap" && p.side_stretch == stretch)
                 .map(|p| (f64::from(p.sessions), p.percent()))
                 .collect(),
         });
@@ -192,7 +151,7 @@ pub fn rates_chart(run: &Json, ps: &[Point]) -> RateChart {
                     let worst = ps
                         .iter()
                         .filter(|p| p.arm == arm && p.sessions == s)
-                        .map(Point::percent)
+                        .map(ArmPoint::percent)
                         .fold(0.0, f64::max);
                     (f64::from(s), worst)
                 })
@@ -200,7 +159,7 @@ pub fn rates_chart(run: &Json, ps: &[Point]) -> RateChart {
         });
     }
     RateChart {
-        title: format!("{}: sessions corrupted per load test", run["gpu"].text()),
+        title: format!("{}: sessions corrupted per load test", run.gpu),
         x_desc: "concurrent sessions (graph batch)".into(),
         y_desc: "sessions corrupted".into(),
         curves,
@@ -209,17 +168,17 @@ pub fn rates_chart(run: &Json, ps: &[Point]) -> RateChart {
 
 /// Sessions corrupted per arm and slowdown (a column per concurrency), and the replays that
 /// left a wrong row: every measured point, for the reader who wants the numbers.
-pub fn results_table(ps: &[Point]) -> Table {
+pub fn results_table(ps: &[ArmPoint]) -> Table {
     let sessions = distinct(ps.iter().map(|p| p.sessions));
     let mut header = vec!["arm".to_string(), "store".to_string()];
     header.extend(sessions.iter().map(|s| format!("{s} sessions")));
     header.push("replays with a wrong row".to_string());
     let mut t = Table::new(header);
-    for stretch in distinct(ps.iter().map(|p| p.stretch)) {
+    for stretch in distinct(ps.iter().map(|p| p.side_stretch)) {
         for arm in distinct(ps.iter().map(|p| p.arm.clone())) {
-            let row: Vec<&Point> = ps
+            let row: Vec<&ArmPoint> = ps
                 .iter()
-                .filter(|p| p.arm == arm && p.stretch == stretch)
+                .filter(|p| p.arm == arm && p.side_stretch == stretch)
                 .collect();
             let mut cells = vec![arm.clone(), format!("×{stretch}")];
             for &s in &sessions {
@@ -231,7 +190,7 @@ pub fn results_table(ps: &[Point]) -> Table {
             }
             let (racing, replays) = row
                 .iter()
-                .fold((0, 0), |(a, b), p| (a + p.racing, b + p.replays));
+                .fold((0, 0), |(a, b), p| (a + p.racing_replays, b + p.replays));
             cells.push(format!("{racing} of {replays}"));
             t.push(cells);
         }
@@ -242,19 +201,22 @@ pub fn results_table(ps: &[Point]) -> Table {
 /// The chapter's verdict on the ordering claims, from the points: whether the overlap arm
 /// corrupted at every point and every other arm stayed clean at every one. The prose's claim
 /// is written from the data, so a rerun that broke it would say so.
-pub fn claims_verdict(ps: &[Point]) -> Markdown {
-    let overlap: Vec<&Point> = ps.iter().filter(|p| p.arm == "overlap").collect();
-    let others: Vec<&Point> = ps.iter().filter(|p| p.arm != "overlap").collect();
+pub fn claims_verdict(ps: &[ArmPoint]) -> Markdown {
+    let overlap: Vec<&ArmPoint> = ps.iter().filter(|p| p.arm == "overlap").collect();
+    let others: Vec<&ArmPoint> = ps.iter().filter(|p| p.arm != "overlap").collect();
     let lo = overlap
         .iter()
         .map(|p| p.percent())
         .fold(f64::INFINITY, f64::min);
     let hi = overlap.iter().map(|p| p.percent()).fold(0.0, f64::max);
-    let all_raced = overlap.iter().filter(|p| p.racing == p.replays).count();
+    let all_raced = overlap
+        .iter()
+        .filter(|p| p.racing_replays == p.replays)
+        .count();
     let overlap_positive = overlap.iter().all(|p| p.corrupted > 0);
     let clean = others
         .iter()
-        .filter(|p| p.corrupted == 0 && p.racing == 0)
+        .filter(|p| p.corrupted == 0 && p.racing_replays == 0)
         .count();
     let other_arms = distinct(others.iter().map(|p| p.arm.clone())).join(", ");
     let other_replays: u64 = others.iter().map(|p| p.replays).sum();
@@ -277,7 +239,7 @@ pub fn claims_verdict(ps: &[Point]) -> Markdown {
 /// Where the layout the GPU ran (the model's older allocator rules) differs from PyTorch's,
 /// point by point, with what was measured there. An error if the logits ever leave the
 /// transient between the two, since the verdicts rest on them lying on it.
-pub fn layout_note(book: &Book, ps: &[Point]) -> Result<Markdown, CellError> {
+pub fn layout_note(book: &Book, ps: &[ArmPoint]) -> Result<Markdown, CellError> {
     let mut moved = vec![];
     for s in distinct(ps.iter().map(|p| p.sessions)) {
         let mut arms = vec![];
@@ -295,7 +257,7 @@ pub fn layout_note(book: &Book, ps: &[Point]) -> Result<Markdown, CellError> {
             }
             let worst = (ps.iter())
                 .filter(|p| p.arm == arm && p.sessions == s)
-                .map(Point::percent)
+                .map(ArmPoint::percent)
                 .fold(0.0, f64::max);
             arms.push(format!("{arm} up to {worst:.1} %"));
             change = Some((then.join(" and "), now.join(" and ")));
@@ -325,7 +287,7 @@ pub fn layout_note(book: &Book, ps: &[Point]) -> Result<Markdown, CellError> {
 /// The overlap arm at the smallest slowdown beside the calibrated model's rate at the same
 /// concurrency and the incident's rate at 60 sessions: three rates that answer different
 /// questions, side by side.
-pub fn vs_model_table(book: &Book, ps: &[Point]) -> Result<Table, CellError> {
+pub fn vs_model_table(book: &Book, ps: &[ArmPoint]) -> Result<Table, CellError> {
     let seed = book.experiment("incident")?.rate;
     let cfg = book.graphrace_config("incident")?;
     let mut t = Table::new([
@@ -341,7 +303,7 @@ pub fn vs_model_table(book: &Book, ps: &[Point]) -> Result<Table, CellError> {
         t.push([
             p.sessions.to_string(),
             format!("{:.1} %", p.percent()),
-            format!("{} of {}", p.racing, p.replays),
+            format!("{} of {}", p.racing_replays, p.replays),
             format!("{:.1} %", 100.0 * m.fraction()),
             format!("{} of {}", m.racing_replays, m.replays),
             if p.sessions == 60 {
@@ -388,12 +350,15 @@ pub fn bytes_table(config: &graphrace::Config, sessions: u32) -> Table {
 /// Wall time per replay on the GPU at the smallest slowdown, per arm, beside the model's
 /// nominal step and margin (no jitter) for the incident's configuration: how far the GPU's
 /// replays are from the model's step.
-pub fn time_table(book: &Book, ps: &[Point]) -> Result<Table, CellError> {
+pub fn time_table(book: &Book, ps: &[ArmPoint]) -> Result<Table, CellError> {
     let still = Timing {
         jitter_sigma: 0.0,
         ..Timing::default()
     };
-    let first = ps.iter().map(|p| p.stretch).fold(f64::INFINITY, f64::min);
+    let first = ps
+        .iter()
+        .map(|p| p.side_stretch)
+        .fold(f64::INFINITY, f64::min);
     let arms = distinct(ps.iter().map(|p| p.arm.clone()));
     let mut header = vec![
         "sessions".to_string(),
@@ -430,7 +395,7 @@ pub fn time_table(book: &Book, ps: &[Point]) -> Result<Table, CellError> {
         for a in &arms {
             cells.push(
                 ps.iter()
-                    .find(|p| p.arm == *a && p.sessions == s && p.stretch == first)
+                    .find(|p| p.arm == *a && p.sessions == s && p.side_stretch == first)
                     .map_or("–".into(), |p| format!("{:.0} µs", p.us_per_replay)),
             );
         }
@@ -441,9 +406,9 @@ pub fn time_table(book: &Book, ps: &[Point]) -> Result<Table, CellError> {
 
 /// Why the wall times are not the fixes' costs, from the points: at how many points the
 /// overlap arm was the slowest and the recorded arm the fastest, and the arms' time ratios.
-pub fn wall_time_note(ps: &[Point]) -> Markdown {
+pub fn wall_time_note(ps: &[ArmPoint]) -> Markdown {
     let sessions = distinct(ps.iter().map(|p| p.sessions));
-    let stretches = distinct(ps.iter().map(|p| p.stretch));
+    let stretches = distinct(ps.iter().map(|p| p.side_stretch));
     let points_n = sessions.len() * stretches.len();
     // At how many (sessions, slowdown) points each arm was the slowest / the fastest.
     let count = |arm: &str, slowest: bool| -> usize {
@@ -451,9 +416,9 @@ pub fn wall_time_note(ps: &[Point]) -> Markdown {
             .iter()
             .flat_map(|&s| stretches.iter().map(move |&x| (s, x)))
             .filter(|&(s, x)| {
-                let here: Vec<&Point> = ps
+                let here: Vec<&ArmPoint> = ps
                     .iter()
-                    .filter(|p| p.sessions == s && p.stretch == x)
+                    .filter(|p| p.sessions == s && p.side_stretch == x)
                     .collect();
                 let best = here.iter().map(|p| p.us_per_replay).fold(
                     if slowest { 0.0 } else { f64::INFINITY },
@@ -493,24 +458,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_point_reads_the_record_names() {
-        let run = serde_json::json!({"results": [{
+    fn a_point_reads_the_record_names_and_every_one_is_required() {
+        let mut point = serde_json::json!({
             "arm": "overlap", "config": "incident", "sessions": 36, "side_stretch": 1.0,
             "corrupted": 135, "observed": 180, "rate": 0.75, "racing_replays": 1000,
             "replays": 1000, "us_per_replay": 1934.9
-        }]});
-        let p = &points(&run).unwrap()[0];
+        });
+        let p: ArmPoint = serde_json::from_value(point.clone()).unwrap();
         assert_eq!(
-            (p.arm.as_str(), p.sessions, p.racing),
+            (p.arm.as_str(), p.sessions, p.racing_replays),
             ("overlap", 36, 1000)
         );
         assert_eq!(p.percent(), 75.0);
-        assert!(points(&serde_json::json!({})).is_err());
+        point.as_object_mut().unwrap().remove("racing_replays");
+        let e = serde_json::from_value::<ArmPoint>(point).unwrap_err();
+        assert!(e.to_string().contains("`racing_replays`"), "{e}");
     }
 
-    fn recorded_points() -> (Json, Vec<Point>) {
+    fn recorded_points() -> (ArmsRecord, Vec<ArmPoint>) {
         let run = Book::repository().graphrace_gpu().unwrap();
-        let ps = points(&run).unwrap();
+        let ps = run.results.clone();
         (run, ps)
     }
 
@@ -520,8 +487,8 @@ mod tests {
         let t = provenance_table(&run);
         assert_eq!(t.rows().len(), 12);
         assert!(t.rows()[2][1].contains("H200"), "{:?}", t.rows()[2]);
-        // Every slowdown is written as a factor.
-        assert!(t.rows()[8][1].starts_with('×'), "{:?}", t.rows()[8]);
+        // Every slowdown is written as a factor, as the file writes it.
+        assert!(t.rows()[8][1].starts_with("×1.0, "), "{:?}", t.rows()[8]);
     }
 
     #[test]
@@ -548,7 +515,7 @@ mod tests {
         );
         let t = results_table(&ps);
         let arms = distinct(ps.iter().map(|p| p.arm.clone())).len();
-        let stretches = distinct(ps.iter().map(|p| p.stretch)).len();
+        let stretches = distinct(ps.iter().map(|p| p.side_stretch)).len();
         assert_eq!(t.rows().len(), arms * stretches);
         for row in t.rows() {
             let clean = row[2..row.len() - 1].iter().all(|c| c == "0.0 %");

@@ -20,12 +20,12 @@ use burn::backend::autodiff::checkpoint::strategy::{
 };
 use burn::tensor::Tensor;
 use cubecl::Runtime;
-use serde::Serialize;
 use situ::cube;
 use situ::gate::{self, strategy_name};
 use situ::gpu::{Cube, CubeAd, CudaDevice, CudaRuntime, sync, tensor};
-use situ::provenance::{self, Provenance};
+use situ::provenance;
 use situ::reference::{fresh_seed, nonzero_uniforms};
+use situ::results::{Bench, CopyTiming, Goals, Kernels, Memory, PathTiming};
 use situ::{SOFT_CAP, SituCounts};
 
 const N: usize = 4096;
@@ -34,75 +34,6 @@ const WARMUP: usize = 5;
 const RUNS: usize = 30;
 const COPY_ELEMS: usize = 128 << 20; // 512 MiB of f32
 const KERNEL_REPS: usize = 10;
-
-#[derive(Serialize)]
-struct Bench {
-    #[serde(flatten)]
-    provenance: Provenance,
-    shape_mid: [usize; 2],
-    dtype: &'static str,
-    warmup: usize,
-    runs: usize,
-    copy: Copy,
-    fused_kernels: Kernels,
-    paths: Vec<PathTiming>,
-    speedup_fused_over_tensor: f64,
-    memory: Vec<Memory>,
-    goals: Goals,
-    counters: String,
-}
-
-#[derive(Serialize)]
-struct Copy {
-    bytes_moved: u64,
-    median_ms: f64,
-    gb_per_s: f64,
-}
-
-#[derive(Serialize)]
-struct Kernels {
-    /// Minimal traffic of fused forward + backward: read mid twice, write h, read dh, write d(mid).
-    bytes_moved: u64,
-    forward_bytes: u64,
-    backward_bytes: u64,
-    median_ms_forward: f64,
-    median_ms_backward: f64,
-    median_ms_pair: f64,
-    gb_per_s: f64,
-    floor_ms: f64,
-    ratio_to_floor: f64,
-    vector: usize,
-    cubes_forward: u64,
-    units_per_cube: u32,
-}
-
-#[derive(Serialize)]
-struct PathTiming {
-    path: &'static str,
-    median_ms: f64,
-    min_ms: f64,
-    max_ms: f64,
-    ratio_to_floor: f64,
-    counters: String,
-}
-
-#[derive(Serialize)]
-struct Memory {
-    path: &'static str,
-    checkpointing: &'static str,
-    live_bytes_after_forward: i64,
-    in_nf_tensors: f64,
-    bytes_in_use_before: u64,
-    bytes_reserved_after_forward: u64,
-}
-
-#[derive(Serialize)]
-struct Goals {
-    fused_at_least_5x_faster: bool,
-    fused_within_1_5x_of_floor_kernels: bool,
-    fused_within_1_5x_of_floor_end_to_end: bool,
-    fused_one_live_nf_output: bool,
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -176,7 +107,7 @@ fn main() {
     let bench = Bench {
         provenance,
         shape_mid: [N, 2 * F],
-        dtype: "f32",
+        dtype: "f32".into(),
         warmup: WARMUP,
         runs: RUNS,
         copy,
@@ -196,7 +127,7 @@ fn main() {
 }
 
 /// The yardstick: a vectorized copy, bytes read + written, and the bandwidth it reaches.
-fn copy_yardstick(device: &CudaDevice) -> Copy {
+fn copy_yardstick(device: &CudaDevice) -> CopyTiming {
     let src = Tensor::<Cube, 1>::ones([COPY_ELEMS], device)
         .into_primitive()
         .tensor();
@@ -214,7 +145,7 @@ fn copy_yardstick(device: &CudaDevice) -> Copy {
         "copy: {copy_ms:.4} ms for {copy_bytes} B -> {:.1} GB/s",
         copy_bw / 1e9
     );
-    Copy {
+    CopyTiming {
         bytes_moved: copy_bytes,
         median_ms: copy_ms,
         gb_per_s: copy_bw / 1e9,
@@ -223,7 +154,12 @@ fn copy_yardstick(device: &CudaDevice) -> Copy {
 
 /// The fused kernels alone, forward, backward and the pair, against the floor the copy's
 /// bandwidth sets for the bytes they move.
-fn fused_kernels(device: &CudaDevice, mid_host: &[f64], dh_host: &[f64], copy: &Copy) -> Kernels {
+fn fused_kernels(
+    device: &CudaDevice,
+    mid_host: &[f64],
+    dh_host: &[f64],
+    copy: &CopyTiming,
+) -> Kernels {
     let nf = (N * F * 4) as u64;
     let (fwd_bytes, bwd_bytes) = (3 * nf, 5 * nf);
     let mid = tensor::<Cube>(mid_host, [N, 2 * F], device)
@@ -286,7 +222,7 @@ fn autodiff_paths(device: &CudaDevice, mid_host: &[f64], floor_ms: f64) -> Vec<P
         let med = median(t.clone());
         println!("{name}: fwd+bwd median {med:.4} ms ({counts})");
         paths.push(PathTiming {
-            path: name,
+            path: name.into(),
             median_ms: med,
             min_ms: t.iter().copied().fold(f64::INFINITY, f64::min),
             max_ms: t.iter().copied().fold(0.0, f64::max),
@@ -312,8 +248,8 @@ fn live<C: CheckpointStrategy>(device: &CudaDevice, mid_host: &[f64]) -> Vec<Mem
         drop(h.backward());
         let delta = after as i64 - before as i64;
         out.push(Memory {
-            path: name,
-            checkpointing: ck,
+            path: name.into(),
+            checkpointing: ck.into(),
             live_bytes_after_forward: delta,
             in_nf_tensors: delta as f64 / (N * F * 4) as f64,
             bytes_in_use_before: before,

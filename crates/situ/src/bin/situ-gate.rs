@@ -5,12 +5,12 @@
 //! with the command that produced it, then the GPU, driver, versions, revision and date.
 
 use highwater::recipe::Recipe;
-use serde::Serialize;
 use situ::SOFT_CAP;
-use situ::gate::{self, FiniteDifference, GatePlan, TestResult};
+use situ::gate::{self, FiniteDifference, GatePlan};
 use situ::gpu::{Cube, CudaDevice};
-use situ::provenance::{self, Provenance};
+use situ::provenance;
 use situ::reference::fresh_seed;
+use situ::results::{Gate, Thresholds};
 
 /// `[N, f]`: the wave's own shape (f = 2048, vector 4), then shapes whose `f` is 2 mod 4
 /// (vector 2) and odd (vector 1), a pitched-looking tall one and a tiny one.
@@ -35,28 +35,6 @@ const T_FD: f64 = 1e-2;
 const FD_EPS: f64 = 1e-2;
 /// The wave's expert stack (12 calls, 24 matmuls chained): every gradient, fused vs tensor.
 const T_STACK: f64 = 1e-3;
-
-#[derive(Serialize)]
-struct Gate {
-    #[serde(flatten)]
-    provenance: Provenance,
-    seed: u64,
-    soft_cap: f32,
-    thresholds: Thresholds,
-    pass: bool,
-    tests: Vec<TestResult>,
-    counters_after: String,
-}
-
-#[derive(Serialize)]
-struct Thresholds {
-    fused_vs_tensor_forward: f64,
-    fused_vs_tensor_backward: f64,
-    vs_f64_reference: f64,
-    finite_difference: f64,
-    finite_difference_eps: f64,
-    expert_stack: f64,
-}
 
 fn main() {
     let out = situ::gpu::out_arg("gate.json");

@@ -10,9 +10,9 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
     PushKernelArg,
 };
+use graphrace::arms::ArmPoint;
 use graphrace::program::{Home, Kernel, Op, Program, TensorId};
 use graphrace::{Config, Graph, Mode, Stream, capture, decode_step};
-use serde::Serialize;
 
 use crate::Args;
 
@@ -25,22 +25,14 @@ const ONE_THREAD: LaunchConfig = LaunchConfig {
     block_dim: (1, 1, 1),
     shared_mem_bytes: 0,
 };
-#[derive(Serialize, Clone)]
+
+/// One arm's point as recorded, and its timed replays (kept for the suite's timings).
+#[derive(Clone)]
 pub(crate) struct ArmResult {
-    pub(crate) arm: &'static str,
-    pub(crate) config: String,
-    pub(crate) sessions: u32,
-    pub(crate) side_stretch: f64,
-    pub(crate) corrupted: u64,
-    pub(crate) observed: u64,
-    pub(crate) rate: f64,
-    pub(crate) racing_replays: u64,
-    pub(crate) replays: u64,
-    /// Wall time per replay (graph or eager walk + check), host-measured.
-    pub(crate) us_per_replay: f64,
+    /// What the record holds of the point.
+    pub(crate) point: ArmPoint,
     /// Timed replays after the counted ones: per replay, each kernel's start and end on the
     /// GPU's global timer (ns), by the position of its launch among the program's ops.
-    #[serde(skip)]
     pub(crate) timed: Vec<Vec<(u64, u64)>>,
 }
 
@@ -379,16 +371,18 @@ pub(crate) fn run_arm(
     let observed = u64::from(args.trials) * u64::from(sessions);
     gpu.ctx.synchronize()?;
     Ok(ArmResult {
-        arm,
-        config: config.name.clone(),
-        sessions,
-        side_stretch,
-        corrupted,
-        observed,
-        rate: corrupted as f64 / observed as f64,
-        racing_replays: u64::from(racing),
-        replays,
-        us_per_replay: 1e6 * elapsed / replays as f64,
+        point: ArmPoint {
+            arm: arm.to_string(),
+            config: config.name.clone(),
+            sessions,
+            side_stretch,
+            corrupted,
+            observed,
+            rate: corrupted as f64 / observed as f64,
+            racing_replays: u64::from(racing),
+            replays,
+            us_per_replay: 1e6 * elapsed / replays as f64,
+        },
         timed,
     })
 }

@@ -1,36 +1,11 @@
 //! The default mode: the four arms rerun under load, written to `--out`.
 
 use anyhow::{Context, Result};
+use graphrace::arms::{ArmsRecord, ArmsSettings};
 use graphrace::{Config, Mode};
-use serde::Serialize;
 
 use crate::Args;
-use crate::gpu::{ArmResult, Gpu, driver_version, run_arm};
-
-/// The recorded file: provenance first, `command` the very first field.
-#[derive(Serialize)]
-struct Record {
-    command: String,
-    gpu: String,
-    driver: String,
-    date: String,
-    git_revision: String,
-    /// SM clock measured at start-up (kHz): the kernels' waits are in its cycles.
-    sm_clock_khz: i32,
-    settings: Settings,
-    results: Vec<ArmResult>,
-}
-
-#[derive(Serialize)]
-struct Settings {
-    sessions: Vec<u32>,
-    replays_per_trial: u32,
-    trials: u32,
-    side_stretch: Vec<f64>,
-    blocks_per_kernel: u32,
-    load: bool,
-    build: &'static str,
-}
+use crate::gpu::{Gpu, driver_version, run_arm};
 
 /// The default mode: every arm replayed at every sessions × stretch, written to `--out`.
 pub(crate) fn run_arms(gpu: &Gpu, args: &Args, command: String, name: String) -> Result<()> {
@@ -66,9 +41,9 @@ pub(crate) fn run_arms(gpu: &Gpu, args: &Args, command: String, name: String) ->
     for &stretch in &args.side_stretch {
         for &sessions in &args.sessions {
             for (arm, config) in &arms {
-                let r = run_arm(gpu, args, arm, config, sessions, stretch, &hog_buf).with_context(
-                    || format!("arm {arm}, {sessions} sessions, stretch {stretch}"),
-                )?;
+                let r = run_arm(gpu, args, arm, config, sessions, stretch, &hog_buf)
+                    .with_context(|| format!("arm {arm}, {sessions} sessions, stretch {stretch}"))?
+                    .point;
                 println!(
                     "stretch {stretch:>4}  {sessions:>3} sessions  {arm:>10}: {:>5.1} % of sessions corrupted, {:>4} of {} replays raced, {:.0} µs/replay",
                     100.0 * r.rate,
@@ -80,21 +55,21 @@ pub(crate) fn run_arms(gpu: &Gpu, args: &Args, command: String, name: String) ->
             }
         }
     }
-    let record = Record {
+    let record = ArmsRecord {
         command,
         gpu: name,
         driver: driver_version(),
         date: provenance::utc_now(),
         git_revision: option_env!("GRAPHRACE_GIT_REV").unwrap_or("unknown").into(),
         sm_clock_khz: (gpu.cycles_per_us * 1000.0) as i32,
-        settings: Settings {
+        settings: ArmsSettings {
             sessions: args.sessions.clone(),
             replays_per_trial: args.replays,
             trials: args.trials,
             side_stretch: args.side_stretch.clone(),
             blocks_per_kernel: args.blocks,
             load: args.load,
-            build: "cargo build --release --locked -p graphrace --features cuda",
+            build: "cargo build --release --locked -p graphrace --features cuda".into(),
         },
         results,
     };

@@ -38,8 +38,9 @@ pub(crate) fn run_suite(
             g.config = variant.clone();
             graphs.push(g);
         }
-        let r = run_arm(gpu, args, "suite", &v.config, v.sessions, 1.0, &hog_buf)
+        let run = run_arm(gpu, args, "suite", &v.config, v.sessions, 1.0, &hog_buf)
             .with_context(|| format!("replaying {variant}"))?;
+        let r = &run.point;
         println!(
             "{variant:>26}: {:>5.1} % of sessions corrupted, {:>4} of {} replays raced, {:.0} µs/replay",
             100.0 * r.rate,
@@ -47,8 +48,8 @@ pub(crate) fn run_suite(
             r.replays,
             r.us_per_replay
         );
-        let gaps = race_gaps(&v.config, v.sessions, &r.timed);
-        let kernels = kernel_times(&v.config, v.sessions, &r.timed);
+        let gaps = race_gaps(&v.config, v.sessions, &run.timed);
+        let kernels = kernel_times(&v.config, v.sessions, &run.timed);
         for g in &gaps {
             println!(
                 "{:>26}  {} → {}: gap {:.1} µs at least, {:.1} µs median over {} timed replays",

@@ -4,9 +4,9 @@
 use cell_output::{CellError, Table};
 use highwater::recipe::written_name;
 use highwater::{Activation, Backend, Checkpointing, Recipe, ffn};
+use situ::results::Bench;
 
 use crate::bytes::signed;
-use crate::json::{Field, Json};
 use crate::load::{Book, BookError, RESULTS};
 
 /// The tensor path's surplus, in bytes per step (negative: it keeps less).
@@ -73,14 +73,11 @@ impl Book {
     /// tensor path adds until backward beyond one call of the fused kernel, without
     /// checkpointing, times `calls`. The benchmark has no control arm.
     pub fn bench_surplus_over_fused(&self, calls: u64) -> Result<i64, BookError> {
-        let bench: Json = self.json(format!("{RESULTS}/bench-situ-h200.json"))?;
+        let bench: Bench = self.json(format!("{RESULTS}/bench-situ-h200.json"))?;
         let live = |path: &str| {
             bench
-                .at("memory")
-                .arr()
-                .iter()
-                .find(|m| m.at("path").str() == path && m.at("checkpointing").str() == "none")
-                .map(|m| m.at("live_bytes_after_forward").num())
+                .memory(path, "none")
+                .map(|m| m.live_bytes_after_forward as f64)
                 .ok_or_else(|| BookError::Parse {
                     path: format!("{RESULTS}/bench-situ-h200.json"),
                     reason: format!("no `{path}` path without checkpointing"),
