@@ -99,3 +99,8 @@ pub fn a_cuda_device() -> CubeDevice {
 pub fn client_of(device: &CubeDevice) -> Client {
     device.client()
 }
+
+/// burn 0.22's unfused cube backend: no runtime, no element type parameters.
+pub type Unfused = CubeBackend;
+pub type Fused = burn_fusion::Fusion<CubeBackend>;
+pub type Trained = burn::backend::Autodiff<Fused>;
