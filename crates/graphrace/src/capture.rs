@@ -294,7 +294,7 @@ pub fn capture_with(program: &Program, rules: Rules) -> Result<Graph, CaptureErr
         tensors: program.tensors.clone(),
         placements,
         nodes,
-        pool_bytes: pool.reserved(),
+        pool_bytes: pool.usage().reserved(),
     })
 }
 

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, OutOfMemory, Peaks, Request, SMALL_SEGMENT, Size};
+use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, OutOfMemory, Request, SMALL_SEGMENT, Size, Usage};
 use crate::program::Stream;
 
 /// Address space of one segment: far more than any card (PyTorch reserves the card's memory
@@ -178,11 +178,7 @@ impl Segment {
 #[derive(Clone, Debug)]
 pub struct ExpandablePool {
     segments: BTreeMap<(Stream, Size), Segment>,
-    limit: u64,
-    reserved: u64,
-    allocated: u64,
-    peaks: Peaks,
-    released: u64,
+    usage: Usage,
 }
 
 impl ExpandablePool {
@@ -190,11 +186,7 @@ impl ExpandablePool {
     pub fn with_limit(limit: u64) -> ExpandablePool {
         ExpandablePool {
             segments: BTreeMap::new(),
-            limit,
-            reserved: 0,
-            allocated: 0,
-            peaks: Peaks::default(),
-            released: 0,
+            usage: Usage::under(limit),
         }
     }
 
@@ -220,22 +212,15 @@ impl ExpandablePool {
             Some(at) => at,
             None => {
                 let mut released = 0;
-                if self.reserved + seg.expansion(size).1 > self.limit {
+                if !self.usage.fits(seg.expansion(size).1) {
                     released = self.release_cached();
                 }
                 let seg = self.segments.get_mut(&key).expect("made above");
                 let (start, pages) = seg.expansion(size);
-                if self.reserved + pages > self.limit {
-                    return Err(OutOfMemory {
-                        tried: pages,
-                        requested: bytes,
-                        allocated: self.allocated,
-                        reserved: self.reserved,
-                        limit: self.limit,
-                        released,
-                    });
+                if !self.usage.fits(pages) {
+                    return Err(self.usage.refusal(pages, bytes, released));
                 }
-                self.reserved += pages;
+                self.usage.reserve(pages);
                 seg.map(start, size)
             }
         };
@@ -249,9 +234,7 @@ impl ExpandablePool {
             block
         };
         seg.blocks.insert(at, (kept, State::Used));
-        self.allocated += kept;
-        self.peaks.allocated = self.peaks.allocated.max(self.allocated);
-        self.peaks.reserved = self.peaks.reserved.max(self.reserved);
+        self.usage.hand_out(kept);
         let base = Self::base(stream, class);
         Ok(base + at..base + at + kept)
     }
@@ -271,7 +254,7 @@ impl ExpandablePool {
         let at = addr - Self::base(key.0, key.1);
         let (size, state) = seg.blocks[&at];
         assert_eq!(state, State::Used, "block at {addr:#x} freed twice");
-        self.allocated -= size;
+        self.usage.take_back(size);
         seg.blocks.insert(at, (size, State::Free));
         seg.merge(at);
     }
@@ -284,37 +267,18 @@ impl ExpandablePool {
             .values_mut()
             .map(Segment::unmap_free_pages)
             .sum();
-        self.reserved -= released;
-        self.released += released;
+        self.usage.give_back(released);
         released
     }
 
-    /// Bytes mapped (`memory_reserved`).
-    pub fn reserved(&self) -> u64 {
-        self.reserved
+    /// What the pool maps and hands out, with its peaks.
+    pub fn usage(&self) -> &Usage {
+        &self.usage
     }
 
-    /// Bytes in blocks handed out and not freed (`memory_allocated`).
-    pub fn allocated(&self) -> u64 {
-        self.allocated
-    }
-
-    /// The peaks since the last [`ExpandablePool::reset_peaks`].
-    pub fn peaks(&self) -> Peaks {
-        self.peaks
-    }
-
-    /// Starts the peaks again from now.
+    /// Starts the peaks again from now (`torch.cuda.reset_peak_memory_stats`).
     pub fn reset_peaks(&mut self) {
-        self.peaks = Peaks {
-            allocated: self.allocated,
-            reserved: self.reserved,
-        };
-    }
-
-    /// Bytes unmapped by free-and-retry over the pool's life.
-    pub fn released(&self) -> u64 {
-        self.released
+        self.usage.reset_peaks();
     }
 }
 
@@ -329,11 +293,11 @@ mod tests {
     fn a_segment_grows_by_whole_pages_and_tiles_its_blocks() {
         let mut pool = ExpandablePool::with_limit(u64::MAX);
         let a = pool.try_alloc(12 * MIB, Main).unwrap();
-        assert_eq!(pool.reserved(), 20 * MIB, "one 20 MiB page");
+        assert_eq!(pool.usage().reserved(), 20 * MIB, "one 20 MiB page");
         let b = pool.try_alloc(12 * MIB, Main).unwrap();
         assert_eq!(b.start, a.end, "the next block starts where the last ended");
         assert_eq!(
-            pool.reserved(),
+            pool.usage().reserved(),
             40 * MIB,
             "8 MiB were free at the end: one more page"
         );
@@ -341,12 +305,12 @@ mod tests {
         // the end for the next request.
         let c = pool.try_alloc(300, Main).unwrap();
         assert_eq!(
-            pool.reserved(),
+            pool.usage().reserved(),
             42 * MIB,
             "the small half has its own segment"
         );
         pool.free(c.start);
-        assert_eq!(pool.allocated(), 24 * MIB);
+        assert_eq!(pool.usage().allocated(), 24 * MIB);
     }
 
     #[test]
@@ -360,7 +324,7 @@ mod tests {
         // never merge.
         let c = pool.try_alloc(24 * MIB, Main).unwrap();
         assert_eq!(c.start, a.start);
-        assert_eq!(pool.reserved(), 40 * MIB);
+        assert_eq!(pool.usage().reserved(), 40 * MIB);
     }
 
     #[test]
@@ -368,14 +332,14 @@ mod tests {
         let mut pool = ExpandablePool::with_limit(60 * MIB);
         let a = pool.try_alloc(30 * MIB, Main).unwrap();
         let b = pool.try_alloc(10 * MIB, Side).unwrap();
-        assert_eq!(pool.reserved(), 40 * MIB + 20 * MIB);
+        assert_eq!(pool.usage().reserved(), 40 * MIB + 20 * MIB);
         pool.free(b.start);
         // Main needs 30 MiB more: its 10 MiB free tail plus one 20 MiB page; the device is
         // full, so Side's free page is unmapped first.
         let c = pool.try_alloc(30 * MIB, Main).unwrap();
         assert_eq!(c.start, a.end);
-        assert_eq!(pool.released(), 20 * MIB);
-        assert_eq!(pool.reserved(), 60 * MIB);
+        assert_eq!(pool.usage().released(), 20 * MIB);
+        assert_eq!(pool.usage().reserved(), 60 * MIB);
         let err = pool.try_alloc(MIB * 2, Side).unwrap_err();
         assert_eq!(
             (err.tried, err.reserved, err.allocated),
@@ -391,7 +355,7 @@ mod tests {
         let b = pool.try_alloc(MIB + 512, Main).unwrap();
         assert_eq!(b.start, a.end);
         assert_eq!(
-            pool.reserved(),
+            pool.usage().reserved(),
             40 * MIB,
             "1 MiB + 512 B needed one more page"
         );
@@ -406,7 +370,10 @@ mod tests {
         pool.free(b.start);
         // Side's first page does not fit: b's page, free, is unmapped to make room.
         let side = pool.try_alloc(16 * MIB, Side).unwrap();
-        assert_eq!((pool.released(), pool.reserved()), (20 * MIB, 60 * MIB));
+        assert_eq!(
+            (pool.usage().released(), pool.usage().reserved()),
+            (20 * MIB, 60 * MIB)
+        );
         assert!(
             pool.try_alloc(20 * MIB, Main).is_err(),
             "nothing free to unmap"

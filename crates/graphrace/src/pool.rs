@@ -177,13 +177,103 @@ pub struct OutOfMemory {
     pub released: u64,
 }
 
-/// Peaks since the last [`Pool::reset_peaks`] (PyTorch's `reset_peak_memory_stats`).
+/// Peaks since a pool's last `reset_peaks` (PyTorch's `reset_peak_memory_stats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Peaks {
     /// `max_memory_allocated`.
     pub allocated: u64,
     /// `max_memory_reserved`.
     pub reserved: u64,
+}
+
+/// What a pool holds from the device and hands out, counted as `torch.cuda`'s statistics count
+/// it. Both layouts keep one ([`Pool`], [`crate::expandable::ExpandablePool`]), so their
+/// figures and their refusals are counted the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    allocated: u64,
+    reserved: u64,
+    limit: u64,
+    peaks: Peaks,
+    released: u64,
+}
+
+impl Usage {
+    /// Nothing held yet, on a device that grants at most `limit` bytes.
+    pub(crate) fn under(limit: u64) -> Usage {
+        Usage {
+            allocated: 0,
+            reserved: 0,
+            limit,
+            peaks: Peaks::default(),
+            released: 0,
+        }
+    }
+
+    /// Bytes the pool holds from the device (`memory_reserved`).
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
+    /// Bytes in blocks handed out and not freed (`memory_allocated`): whole blocks, so a
+    /// request's rounding and an unsplit remainder count.
+    pub fn allocated(&self) -> u64 {
+        self.allocated
+    }
+
+    /// The peaks since the pool's last `reset_peaks`.
+    pub fn peaks(&self) -> Peaks {
+        self.peaks
+    }
+
+    /// Bytes free-and-retry gave back to the device over the pool's life.
+    pub fn released(&self) -> u64 {
+        self.released
+    }
+
+    /// Whether the device grants `more` bytes on top of what the pool holds.
+    pub(crate) fn fits(&self, more: u64) -> bool {
+        self.reserved.saturating_add(more) <= self.limit
+    }
+
+    pub(crate) fn reserve(&mut self, bytes: u64) {
+        self.reserved += bytes;
+        self.peaks.reserved = self.peaks.reserved.max(self.reserved);
+    }
+
+    pub(crate) fn give_back(&mut self, bytes: u64) {
+        self.reserved -= bytes;
+        self.released += bytes;
+    }
+
+    pub(crate) fn hand_out(&mut self, bytes: u64) {
+        self.allocated += bytes;
+        self.peaks.allocated = self.peaks.allocated.max(self.allocated);
+    }
+
+    pub(crate) fn take_back(&mut self, bytes: u64) {
+        self.allocated -= bytes;
+    }
+
+    pub(crate) fn reset_peaks(&mut self) {
+        self.peaks = Peaks {
+            allocated: self.allocated,
+            reserved: self.reserved,
+        };
+    }
+
+    /// The error for `tried` bytes asked of the device for a tensor of `requested`, after
+    /// free-and-retry gave back `released`.
+    pub(crate) fn refusal(&self, tried: u64, requested: u64, released: u64) -> OutOfMemory {
+        OutOfMemory {
+            tried,
+            requested,
+            allocated: self.allocated,
+            reserved: self.reserved,
+            limit: self.limit,
+            released,
+        }
+    }
 }
 
 /// The pool's blocks by address.
@@ -195,12 +285,7 @@ pub struct Pool {
     rules: Rules,
     /// Segment sizes by segment number, while the pool holds them.
     held: BTreeMap<u32, u64>,
-    reserved: u64,
-    allocated: u64,
-    limit: u64,
-    peaks: Peaks,
-    /// Bytes given back to the device by free-and-retry, over the pool's life.
-    released: u64,
+    usage: Usage,
 }
 
 impl Default for Pool {
@@ -211,11 +296,7 @@ impl Default for Pool {
             segments: 0,
             rules: Rules::default(),
             held: BTreeMap::new(),
-            reserved: 0,
-            allocated: 0,
-            limit: u64::MAX,
-            peaks: Peaks::default(),
-            released: 0,
+            usage: Usage::under(u64::MAX),
         }
     }
 }
@@ -239,7 +320,7 @@ impl Pool {
     /// processes, or `set_per_process_memory_fraction`'s cap).
     pub fn with_limit(limit: u64) -> Pool {
         Pool {
-            limit,
+            usage: Usage::under(limit),
             ..Pool::default()
         }
     }
@@ -272,18 +353,11 @@ impl Pool {
             Some(addr) => addr,
             None => {
                 let mut released = 0;
-                if self.reserved + request.segment > self.limit {
+                if !self.usage.fits(request.segment) {
                     released = self.release_cached();
                 }
-                if self.reserved + request.segment > self.limit {
-                    return Err(OutOfMemory {
-                        tried: request.segment,
-                        requested: bytes,
-                        allocated: self.allocated,
-                        reserved: self.reserved,
-                        limit: self.limit,
-                        released,
-                    });
+                if !self.usage.fits(request.segment) {
+                    return Err(self.usage.refusal(request.segment, bytes, released));
                 }
                 self.new_segment(request, stream)
             }
@@ -302,8 +376,7 @@ impl Pool {
             self.blocks.insert(addr + size, tail);
         }
         let size = self.blocks[&addr].size;
-        self.allocated += size;
-        self.peaks.allocated = self.peaks.allocated.max(self.allocated);
+        self.usage.hand_out(size);
         Ok(addr..addr + size)
     }
 
@@ -313,8 +386,7 @@ impl Pool {
         self.next_segment_at += bytes;
         self.segments += 1;
         self.held.insert(self.segments, bytes);
-        self.reserved += bytes;
-        self.peaks.reserved = self.peaks.reserved.max(self.reserved);
+        self.usage.reserve(bytes);
         self.blocks.insert(
             addr,
             Block {
@@ -336,7 +408,7 @@ impl Pool {
             .get_mut(&addr)
             .expect("freeing a block we handed out");
         assert_eq!(block.state, State::Used, "block at {addr:#x} freed twice");
-        self.allocated -= block.size;
+        self.usage.take_back(block.size);
         if recorded {
             block.state = State::Deferred;
             return;
@@ -393,38 +465,18 @@ impl Pool {
             self.blocks.remove(&addr);
             released += self.held.remove(&segment).expect("listed above");
         }
-        self.reserved -= released;
-        self.released += released;
+        self.usage.give_back(released);
         released
     }
 
-    /// Bytes the pool holds from the device (`memory_reserved`).
-    pub fn reserved(&self) -> u64 {
-        self.reserved
-    }
-
-    /// Bytes in blocks handed out and not freed (`memory_allocated`): whole blocks, so a
-    /// request's rounding and an unsplit remainder count.
-    pub fn allocated(&self) -> u64 {
-        self.allocated
-    }
-
-    /// The peaks since the last [`Pool::reset_peaks`].
-    pub fn peaks(&self) -> Peaks {
-        self.peaks
+    /// What the pool holds and hands out, with its peaks.
+    pub fn usage(&self) -> &Usage {
+        &self.usage
     }
 
     /// Starts the peaks again from now (`torch.cuda.reset_peak_memory_stats`).
     pub fn reset_peaks(&mut self) {
-        self.peaks = Peaks {
-            allocated: self.allocated,
-            reserved: self.reserved,
-        };
-    }
-
-    /// Bytes free-and-retry gave back to the device over the pool's life.
-    pub fn released(&self) -> u64 {
-        self.released
+        self.usage.reset_peaks();
     }
 }
 
@@ -439,7 +491,7 @@ mod tests {
     fn first(bytes: u64) -> (u64, Range<u64>) {
         let mut pool = Pool::new();
         let block = pool.alloc(bytes, Main);
-        (pool.reserved(), block)
+        (pool.usage().reserved(), block)
     }
 
     #[test]
@@ -486,7 +538,7 @@ mod tests {
         assert_eq!(b, a.end..SMALL_SEGMENT - 512, "512 B remain: split");
         let c = pool.alloc(300, Side);
         assert_eq!(c, b.end..SMALL_SEGMENT, "the 512 B remainder was a block");
-        assert_eq!(pool.reserved(), SMALL_SEGMENT);
+        assert_eq!(pool.usage().reserved(), SMALL_SEGMENT);
         assert!(Request::new(MIB).splits(MIB + 512));
         assert!(!Request::new(MIB).splits(MIB));
         // Large: a remainder of exactly 1 MiB stays with the block; 1 MiB + 512 B is split off.
@@ -510,7 +562,7 @@ mod tests {
             small.start >= 20 * MIB,
             "16 MiB free in the large segment, unused"
         );
-        assert_eq!(pool.reserved(), 20 * MIB + 2 * MIB);
+        assert_eq!(pool.usage().reserved(), 20 * MIB + 2 * MIB);
         pool.free(small.start, false);
         pool.free(large.start, false);
         let again = pool.alloc(MIB + 1, Main);
@@ -529,7 +581,7 @@ mod tests {
         assert!(other_stream.start >= a.end, "side never gets main's block");
         let b = pool.alloc(20 * MIB, Main);
         assert_eq!(b.start, a.start, "main reuses its freed block");
-        assert_eq!(pool.reserved(), 30 * MIB + 20 * MIB);
+        assert_eq!(pool.usage().reserved(), 30 * MIB + 20 * MIB);
     }
 
     #[test]
@@ -580,7 +632,7 @@ mod tests {
         pool.free(a.start, false);
         pool.free(b.start, false);
         assert_eq!(pool.alloc(12 * MIB, Main), seg, "the halves merged back");
-        assert_eq!(pool.reserved(), 12 * MIB);
+        assert_eq!(pool.usage().reserved(), 12 * MIB);
     }
 
     #[test]
@@ -602,9 +654,9 @@ mod tests {
     fn the_older_rules_round_every_large_segment_to_2_mib() {
         let mut pool = Pool::with_rules(Rules::Rounded2MiB);
         pool.alloc(4 * MIB + 1, Main);
-        assert_eq!(pool.reserved(), 6 * MIB);
+        assert_eq!(pool.usage().reserved(), 6 * MIB);
         pool.alloc(512, Main);
-        assert_eq!(pool.reserved(), 8 * MIB, "small segments as before");
+        assert_eq!(pool.usage().reserved(), 8 * MIB, "small segments as before");
     }
 
     #[test]
@@ -638,20 +690,24 @@ mod tests {
         // 19 MiB takes the whole 20 MiB segment (1 MiB would remain): 20 MiB allocated.
         let a = pool.alloc(19 * MIB, Main);
         let b = pool.alloc(300, Main);
-        assert_eq!(pool.allocated(), 20 * MIB + 512);
+        assert_eq!(pool.usage().allocated(), 20 * MIB + 512);
         pool.free(a.start, false);
-        assert_eq!(pool.allocated(), 512);
+        assert_eq!(pool.usage().allocated(), 512);
         assert_eq!(
-            pool.peaks(),
+            pool.usage().peaks(),
             Peaks {
                 allocated: 20 * MIB + 512,
                 reserved: 22 * MIB
             }
         );
         pool.reset_peaks();
-        assert_eq!(pool.peaks().allocated, 512);
+        assert_eq!(pool.usage().peaks().allocated, 512);
         pool.free(b.start, true);
-        assert_eq!(pool.allocated(), 0, "a recorded free counts at once");
+        assert_eq!(
+            pool.usage().allocated(),
+            0,
+            "a recorded free counts at once"
+        );
     }
 
     #[test]
@@ -663,8 +719,8 @@ mod tests {
         // 36 MiB do not fit the free 30 MiB segment, and 42 + 36 > 50: the free 30 MiB
         // segment goes back to the device, then 12 + 36 fits.
         let c = pool.try_alloc(36 * MIB, Main).unwrap();
-        assert_eq!(pool.reserved(), 48 * MIB);
-        assert_eq!(pool.released(), 30 * MIB);
+        assert_eq!(pool.usage().reserved(), 48 * MIB);
+        assert_eq!(pool.usage().released(), 30 * MIB);
         assert!(c.start >= b.end, "a new segment, at a new address");
         // A segment with a block in use is never given back: 48 + 4 > 50 after the retry.
         let err = pool.try_alloc(4 * MIB, Side).unwrap_err();
@@ -679,7 +735,11 @@ mod tests {
                 released: 0,
             }
         );
-        assert_eq!(pool.reserved(), 48 * MIB, "nothing lost by the refusal");
+        assert_eq!(
+            pool.usage().reserved(),
+            48 * MIB,
+            "nothing lost by the refusal"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use basics::bytes;
 use cell_output::{CellError, Table};
 use graphrace::Stream;
 use graphrace::expandable::ExpandablePool;
-use graphrace::pool::{OutOfMemory, Pool};
+use graphrace::pool::{LARGE_SEGMENT, MIN_LARGE_ALLOC, OutOfMemory, Pool, ROUND_LARGE, Usage};
 use highwater::RunReport;
 use highwater::memtrace::{Action, MemTrace};
 use highwater::recipe::{Card, Recipe};
@@ -61,24 +61,21 @@ impl Allocator {
         }
     }
 
+    fn usage(&self) -> &Usage {
+        match self {
+            Allocator::Default(p) => p.usage(),
+            Allocator::Expandable(p) => p.usage(),
+        }
+    }
+
     /// `(max_memory_allocated, max_memory_reserved)` since the last reset, then resets them.
     fn take_peaks(&mut self) -> (u64, u64) {
-        let peaks = match self {
-            Allocator::Default(p) => p.peaks(),
-            Allocator::Expandable(p) => p.peaks(),
-        };
+        let peaks = self.usage().peaks();
         match self {
             Allocator::Default(p) => p.reset_peaks(),
             Allocator::Expandable(p) => p.reset_peaks(),
         }
         (peaks.allocated, peaks.reserved)
-    }
-
-    fn released(&self) -> u64 {
-        match self {
-            Allocator::Default(p) => p.released(),
-            Allocator::Expandable(p) => p.released(),
-        }
     }
 }
 
@@ -135,7 +132,7 @@ pub fn replay(trace: &MemTrace, conf: Conf, limit: u64) -> Replay {
                 step,
                 max_allocated,
                 max_reserved,
-                released: allocator.released(),
+                released: allocator.usage().released(),
             });
         }
     };
@@ -353,9 +350,12 @@ pub fn reading_table(oom: &Oom, card: &Card, others: u64) -> Table {
             format!("Tried to allocate {}", format_size(f.tried)),
             if f.tried == oom.error.requested {
                 format!(
-                    "the segment asked of the device; here the tensor's own size (from 10 MiB a \
-                     segment is the request rounded up to 2 MiB): `{}` ({})",
-                    oom.tensor, oom.op
+                    "the segment asked of the device; here the tensor's own size (from {} a \
+                     segment is the request rounded up to {}): `{}` ({})",
+                    bytes::show(MIN_LARGE_ALLOC),
+                    bytes::show(ROUND_LARGE),
+                    oom.tensor,
+                    oom.op
                 )
             } else {
                 format!(
@@ -426,9 +426,10 @@ pub fn expandable_lesson(card: &Card, trace: &MemTrace, others: u64) -> Result<S
     };
     Ok(format!(
         "The message ends with its usual advice. With `expandable_segments:True` one segment \
-         grows by 20 MiB pages and free blocks merge across what were separate segments; here \
+         grows by {} pages and free blocks merge across what were separate segments; here \
          {then}. Take the advice when reserved but unallocated is a large share of what the job \
-         lacks; otherwise free the card or shrink the step."
+         lacks; otherwise free the card or shrink the step.",
+        bytes::show(LARGE_SEGMENT)
     ))
 }
 

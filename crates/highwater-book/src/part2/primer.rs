@@ -83,7 +83,7 @@ pub fn reuse_event(event: &str, block: Option<&Range<u64>>, pool: &Pool) -> [Str
     [
         event.to_string(),
         block.map(at).unwrap_or_default(),
-        bytes::show(pool.reserved()),
+        bytes::show(pool.usage().reserved()),
     ]
 }
 
@@ -112,7 +112,12 @@ mod tests {
         let row = |request: u64| {
             let mut pool = Pool::new();
             let block = pool.alloc(request, Stream::Main);
-            rules_row(request, &Request::new(request), &block, pool.reserved())
+            rules_row(
+                request,
+                &Request::new(request),
+                &block,
+                pool.usage().reserved(),
+            )
         };
         // Small requests round to 512 B and come from a 2 MiB segment.
         assert_eq!(

@@ -4,10 +4,10 @@
 use cell_output::{CellError, Table};
 use highwater::recipe::written_name;
 use highwater::{Activation, Backend, Checkpointing, Recipe, ffn};
-use situ::results::Bench;
 
 use crate::bytes::signed;
 use crate::load::{Book, BookError, RESULTS};
+use crate::part1::fix_and_gate::{BENCH, bench_record};
 
 /// The tensor path's surplus, in bytes per step (negative: it keeps less).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,17 +73,17 @@ impl Book {
     /// tensor path adds until backward beyond one call of the fused kernel, without
     /// checkpointing, times `calls`. The benchmark has no control arm.
     pub fn bench_surplus_over_fused(&self, calls: u64) -> Result<i64, BookError> {
-        let bench: Bench = self.json(format!("{RESULTS}/bench-situ-h200.json"))?;
+        let bench = bench_record(self)?;
         let live = |path: &str| {
             bench
                 .memory(path, "none")
-                .map(|m| m.live_bytes_after_forward as f64)
+                .map(|m| m.live_bytes_after_forward)
                 .ok_or_else(|| BookError::Parse {
-                    path: format!("{RESULTS}/bench-situ-h200.json"),
+                    path: BENCH.into(),
                     reason: format!("no `{path}` path without checkpointing"),
                 })
         };
-        Ok(((live("tensor")? - live("fused")?) * calls as f64) as i64)
+        Ok((live("tensor")? - live("fused")?) * calls as i64)
     }
 }
 

@@ -151,7 +151,8 @@ pub fn death_reading(network: &Network, outcome: &DryOutcome) -> Result<Markdown
     let (Arch::Decoder(s) | Arch::Encoder(s)) = &network.arch else {
         return Err(format!("{} has no vocabulary", network.arch.family()).into());
     };
-    let positions = network.tokens() * 4;
+    let element = network.precision.bytes();
+    let positions = network.tokens() * element;
     let width = oom.requested / positions;
     let logits = oom.requested % positions == 0 && width >= s.vocab && width * 100 < s.vocab * 101;
     if oom.page == oom.requested || !logits {
@@ -162,10 +163,10 @@ pub fn death_reading(network: &Network, outcome: &DryOutcome) -> Result<Markdown
     }
     Ok(Markdown(format!(
         "Read it with the method's first two steps. *When*: step {}, so this job never fitted: \
-         no leak to chase (a death at step 300 is [another story](part-1/wall.md)). *Which \
-         tensor*: an out-of-memory error often names the pool's page; the reservation is the \
-         tensor, a row as wide as the vocabulary per position of four-byte floats: the logits, \
-         padded by the matmul kernel being tuned when the page was refused.",
+         no leak to chase (a death after hundreds of steps is [another story](part-1/wall.md)). \
+         *Which tensor*: an out-of-memory error often names the pool's page; the reservation is \
+         the tensor, a row as wide as the vocabulary per position of {element}-byte floats: the \
+         logits, padded by the matmul kernel being tuned when the page was refused.",
         d.step
     )))
 }
