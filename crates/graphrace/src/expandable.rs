@@ -24,8 +24,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, OutOfMemory, Request, SMALL_SEGMENT, Size, Usage};
+use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, Request, SMALL_SEGMENT, Size};
 use crate::program::Stream;
+use crate::usage::{OutOfMemory, Usage};
 
 /// Address space of one segment: far more than any card (PyTorch reserves the card's memory
 /// and an eighth), in whole pages of either size.

@@ -28,6 +28,7 @@ pub mod replay;
 mod rng;
 pub mod step;
 pub mod suite;
+pub mod usage;
 
 pub use capture::{CaptureError, Graph, capture};
 pub use check::{Finding, Report, check};
