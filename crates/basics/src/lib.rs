@@ -7,9 +7,10 @@
 //! pin them.
 //!
 //! Beside them, what the CLIs and the book write alike: [`bytes`], the one way to write a byte
-//! count, and [`text_table`], the one plain-text table.
+//! count, and [`text_table`], the one plain-text table; and how both CLIs end, [`cli`].
 
 pub mod bytes;
+pub mod cli;
 pub mod text_table;
 
 /// SplitMix64's increment: 2^64/φ, odd, so the state visits every value once.

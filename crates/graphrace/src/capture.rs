@@ -128,6 +128,19 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// The tensor named `name`, if the program has one.
+    pub fn tensor(&self, name: &str) -> Option<TensorId> {
+        self.tensors
+            .iter()
+            .position(|t| t.name == name)
+            .map(TensorId)
+    }
+
+    /// The node that launches kernel `name` (its first launch), by its index in [`Graph::nodes`].
+    pub fn node(&self, kernel: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.kernel.name == kernel)
+    }
+
     /// The name the program gave `t`.
     pub fn tensor_name(&self, t: TensorId) -> &str {
         &self.tensors[t.0].name
@@ -137,10 +150,7 @@ impl Graph {
     /// program's order; empty when no placed tensor has that name.
     pub fn sharing_bytes_with(&self, name: &str) -> Vec<TensorId> {
         let placed = |i: usize| self.placements[i].as_ref().map(|p| p.range.clone());
-        let Some((k, kr)) = (self.tensors.iter())
-            .position(|t| t.name == name)
-            .and_then(|k| Some((k, placed(k)?)))
-        else {
+        let Some((k, kr)) = self.tensor(name).and_then(|k| Some((k.0, placed(k.0)?))) else {
             return vec![];
         };
         (0..self.tensors.len())

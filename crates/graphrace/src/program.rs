@@ -146,7 +146,15 @@ impl Program {
         }
     }
 
-    fn tensor(&mut self, name: &str, row_bytes: u64, home: Home) -> TensorId {
+    /// The tensor named `name`, if the program has one.
+    pub fn tensor(&self, name: &str) -> Option<TensorId> {
+        self.tensors
+            .iter()
+            .position(|t| t.name == name)
+            .map(TensorId)
+    }
+
+    fn push_tensor(&mut self, name: &str, row_bytes: u64, home: Home) -> TensorId {
         self.tensors.push(Tensor {
             name: name.to_string(),
             row_bytes,
@@ -157,12 +165,12 @@ impl Program {
 
     /// A tensor that lives outside the graph pool for the whole run.
     pub fn fixed(&mut self, name: &str, row_bytes: u64) -> TensorId {
-        self.tensor(name, row_bytes, Home::Static)
+        self.push_tensor(name, row_bytes, Home::Static)
     }
 
     /// A tensor allocated from the pool now, on `stream`.
     pub fn alloc(&mut self, name: &str, stream: Stream, row_bytes: u64) -> TensorId {
-        let tensor = self.tensor(name, row_bytes, Home::Pool);
+        let tensor = self.push_tensor(name, row_bytes, Home::Pool);
         self.ops.push(Op::Alloc { tensor, stream });
         tensor
     }

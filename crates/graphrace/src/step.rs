@@ -219,12 +219,11 @@ pub fn decode_step_with(config: &Config, sessions: u32, costs: &Costs) -> Progra
 mod tests {
     use super::*;
     use crate::capture::capture;
-    use crate::program::TensorId;
 
     fn placed_on_index_k(config: &Config, sessions: u32) -> Vec<String> {
         let program = decode_step(config, sessions);
         let g = capture(&program).unwrap();
-        let id = |name: &str| TensorId(g.tensors.iter().position(|t| t.name == name).unwrap());
+        let id = |name: &str| g.tensor(name).unwrap();
         let block = g.placement(id("index_k")).block.clone();
         g.tensors
             .iter()
@@ -298,7 +297,7 @@ mod tests {
             trial: 0,
             replay: 0,
         });
-        let at = |name: &str| spans[g.nodes.iter().position(|n| n.kernel.name == name).unwrap()];
+        let at = |name: &str| spans[g.node(name).unwrap()];
         let store = at("index_k_store");
         let margin = at("lm_head").start_us - store.end_us;
         // Open, but narrower than the store itself: a slow replay of it closes the margin.

@@ -321,8 +321,8 @@ pub fn judge(
 /// (the earlier tenant's, or the earlier launch's: [`Finding::race_pair`]).
 pub fn margin(model: &Graph, times: &[(f64, f64)], a: &Use, b: &Use) -> Option<f64> {
     let side = |u: &Use| {
-        let node = model.nodes.iter().position(|n| n.kernel.name == u.kernel)?;
-        let tensor = model.tensors.iter().position(|t| t.name == u.tensor)?;
+        let node = model.node(&u.kernel)?;
+        let tensor = model.tensor(&u.tensor)?.0;
         let placed = model.placements[tensor].as_ref()?;
         let (start, end) = *times.get(node)?;
         let fixed = model.nodes[node].kernel.cost.fixed_us.min(end - start);

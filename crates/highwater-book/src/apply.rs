@@ -2,17 +2,18 @@
 
 use std::collections::BTreeSet;
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 
 use crate::Book;
+use crate::BookError;
 
 /// The fields of the recipe at `path` (under the book's root), each with its table, its value as
 /// written (a byte count also in binary units, so that it reads at a glance) and whether it was
 /// fitted to the incident's logs: marked `CALIBRATED` in its own comment or in the comment
 /// block just above it.
-pub fn recipe_fields(book: &Book, path: &str) -> Result<Table, CellError> {
+pub fn recipe_fields(book: &Book, path: &str) -> Result<Table, BookError> {
     let text = book.read(path)?;
-    let file: toml::Table = toml::from_str(&text)?;
+    let file: toml::Table = book.toml(path)?;
     let calibrated = calibrated_fields(&text);
     let mut t = Table::new(["table", "field", "value", "fitted to the logs?"]);
     for (table, fields) in &file {

@@ -5,10 +5,12 @@
 //! chapters had each written for themselves. A chapter's cell calls these and keeps on the page
 //! what it computes; what it would only repeat lives here, tested.
 //!
-//! - [`load`]: [`recipe`], [`incidents`] (Part I's logs as [`highwater::Incident`]s),
-//!   [`experiments`](fn@experiments) (Part II's), [`graphrace_config`], the GPU records
-//!   ([`rerun_records`], [`Book::rerun_with_repeats`]), the H200's profile ([`h200`]); each a
-//!   method of [`Book`] too, for a root other than the cells' directory.
+//! - [`Book`]: the one way a cell reaches the repository's inputs, `Book::here()` (the cells'
+//!   directory) and its methods: [`Book::recipe`], [`Book::incidents`] (Part I's logs as
+//!   [`highwater::Incident`]s), [`Book::experiments`] (Part II's), [`Book::graphrace_config`],
+//!   the GPU records ([`Book::rerun_records`], [`Book::rerun_with_repeats`]), the H200's profile
+//!   ([`Book::h200`]). A chapter's helper that reads an input takes the `&Book` it reads from, so
+//!   a test runs it on the repository or on a fixture ([`Book::at`]); [`load`] names the paths.
 //! - [`bytes`]: the precision policy below.
 //! - [`series`]: [`highwater::RunReport`]s and GPU records as
 //!   [`highwater_plot::Series`], and the high-water figure.
@@ -23,9 +25,11 @@
 //!   `src/part-2/static-check.md` → [`part2::static_check`], `src/reference/…` →
 //!   [`reference`](mod@reference). A cell that would be longer than a reader should scroll
 //!   past (hidden or folded code over 25 lines, any over 60) calls one of these, tested here,
-//!   and keeps on the page what the chapter teaches. They return the cells' own error type,
-//!   [`cell_output::CellError`]: they are cell code moved out of the page, calling half a dozen
-//!   crates, and a failure shows at the cell that called them.
+//!   and keeps on the page what the chapter teaches.
+//! - Everything here fails with one error type, [`BookError`]: an input unreadable, refused or
+//!   malformed (named), a computation another crate refused, or a claim of the chapter's that
+//!   its inputs no longer bear out. A cell returns it as any error, and the build shows it at
+//!   the cell that called.
 //!
 //! # Bytes: one precision policy
 //!
@@ -51,6 +55,7 @@
 //! [`basics::bytes`], which the `highwater` CLI and the figures use too; [`bytes`] re-exports it.
 
 pub mod bytes;
+pub mod error;
 pub mod experiments;
 pub mod load;
 pub mod memview;
@@ -68,9 +73,7 @@ pub mod part1;
 pub mod part2;
 pub mod reference;
 
+pub use error::BookError;
 pub use experiments::Experiment;
-pub use load::{
-    Book, BookError, experiment, experiments, graph_dump, graphrace_config, h200, incident,
-    incidents, judged_suite, known_misses, recipe, rerun_record, rerun_records,
-};
+pub use load::Book;
 pub use tables::{activation_rows, ledger_table};

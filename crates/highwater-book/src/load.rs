@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use cell_output::freeze::Freeze;
 use highwater::conform::{KnownMiss, NetworkRecord, RerunRecord, parse_known_misses};
-use highwater::{Incident, InputError, Recipe};
+use highwater::{Incident, Recipe};
+
+use crate::BookError;
 use serde::de::DeserializeOwned;
 
 use crate::experiments::Experiment;
@@ -41,36 +43,6 @@ pub const H200_ATLAS: &str = "repro/cards/h200-atlas";
 pub const SWEEP: &str = "repro/cards/h200-sweep";
 /// The models of `repro/models` recorded on the H200: warm, repeated, cold, and their caches.
 pub const MODELS: &str = "repro/results/models";
-
-/// What went wrong reading one of the book's inputs, naming the file.
-#[derive(Debug, thiserror::Error)]
-pub enum BookError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file, as the book names it.
-        path: String,
-        /// Why not.
-        source: std::io::Error,
-    },
-    /// A recipe or incident file refused, with its file, line and field.
-    #[error(transparent)]
-    Input(#[from] InputError),
-    /// A graphrace configuration refused, with its file and line.
-    #[error(transparent)]
-    Config(#[from] graphrace::ConfigError),
-    /// Any other input that does not parse: the file, then the parser's reason.
-    #[error("{path}: {reason}")]
-    Parse {
-        /// The file, as the book names it.
-        path: String,
-        /// The parser's message.
-        reason: String,
-    },
-    /// An input refused by a parser whose message already names the file.
-    #[error("{0}")]
-    Refused(String),
-}
 
 /// The book's root: every path below is relative to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,64 +310,4 @@ pub(crate) fn json_at<T: DeserializeOwned>(path: &Path) -> Result<T, BookError> 
 fn incident_at(path: &Path) -> Result<Incident, BookError> {
     let text = read(path)?;
     Ok(Incident::parse(&path.display().to_string(), &text)?)
-}
-
-/// [`Book::recipe`] from the cells' directory: `repro/recipes/NAME.toml`.
-pub fn recipe(name: &str) -> Result<Recipe, BookError> {
-    Book::here().recipe(name)
-}
-
-/// [`Book::incidents`] from the cells' directory: every `repro/incident/*.toml`.
-pub fn incidents() -> Result<Vec<Incident>, BookError> {
-    Book::here().incidents()
-}
-
-/// [`Book::incident`] from the cells' directory: `repro/incident/NAME.toml`.
-pub fn incident(name: &str) -> Result<Incident, BookError> {
-    Book::here().incident(name)
-}
-
-/// [`Book::experiments`] from the cells' directory.
-pub fn experiments() -> Result<Vec<Experiment>, BookError> {
-    Book::here().experiments()
-}
-
-/// [`Book::experiment`] from the cells' directory.
-pub fn experiment(model: &str) -> Result<Experiment, BookError> {
-    Book::here().experiment(model)
-}
-
-/// [`Book::graphrace_config`] from the cells' directory: `repro/graphrace/NAME.toml`.
-pub fn graphrace_config(name: &str) -> Result<graphrace::Config, BookError> {
-    Book::here().graphrace_config(name)
-}
-
-/// [`Book::graph_dump`] from the cells' directory.
-pub fn graph_dump(relative: &str) -> Result<graphrace::driver::GraphDump, BookError> {
-    Book::here().graph_dump(relative)
-}
-
-/// [`Book::judged_suite`] from the cells' directory.
-pub fn judged_suite() -> Result<Vec<graphrace::suite::Judged>, BookError> {
-    Book::here().judged_suite()
-}
-
-/// [`Book::rerun_record`] from the cells' directory.
-pub fn rerun_record(path: impl AsRef<Path>) -> Result<RerunRecord, BookError> {
-    Book::here().rerun_record(path)
-}
-
-/// [`Book::rerun_records`] from the cells' directory.
-pub fn rerun_records() -> Result<Vec<(String, RerunRecord)>, BookError> {
-    Book::here().rerun_records()
-}
-
-/// [`Book::h200`] from the cells' directory.
-pub fn h200() -> Result<dryrun::CardProfile, BookError> {
-    Book::here().h200()
-}
-
-/// [`Book::known_misses`] from the cells' directory.
-pub fn known_misses() -> Result<Vec<KnownMiss>, BookError> {
-    Book::here().known_misses()
 }

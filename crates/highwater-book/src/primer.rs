@@ -5,9 +5,10 @@
 //! chapter teaches; the table rows they fill and the paragraphs that read the pool back
 //! (each checking the claims it makes) live here.
 
-use cell_output::{CellError, Markdown, Table};
+use cell_output::{Markdown, Table};
 use highwater::pool::{CardPool, SizeClass, size_classes};
 
+use crate::BookError;
 use crate::bytes;
 
 /// One mebibyte, the unit the chapter's tensors are sized in.
@@ -67,7 +68,7 @@ pub fn state(t: &mut Table, what: &str, pool: &mut CardPool) {
 
 /// What the slices table shows, read back from a pool put through the same events: each
 /// tensor's pool, pages kept once every tensor is gone, and kept pages reused.
-pub fn slices_lessons() -> Result<Markdown, CellError> {
+pub fn slices_lessons() -> Result<Markdown, BookError> {
     let mut pool = card();
     let a = pool.reserve(64 * MIB)?;
     let own = pool.storage().page_sizes();
@@ -101,7 +102,7 @@ pub fn slices_lessons() -> Result<Markdown, CellError> {
 /// What the persistent table shows, read back from a pool put through the same events: a
 /// request of a weight's size outside persistent mode gets an exact page of the persistent
 /// pool (`PersistentPool::has_size`), one of a new size goes to the ordinary pools.
-pub fn persistent_lessons() -> Result<Markdown, CellError> {
+pub fn persistent_lessons() -> Result<Markdown, BookError> {
     let mut pool = card();
     pool.set_persistent(true);
     let weights: Vec<_> = [48, 48, 96]
@@ -180,7 +181,7 @@ pub fn step_row(
 
 /// What the ratchet shows, read back from the same five steps: reserved never falls, and the
 /// smallest step opens a page because its tensor is of a class no earlier step used.
-pub fn ratchet_lessons() -> Result<Markdown, CellError> {
+pub fn ratchet_lessons() -> Result<Markdown, BookError> {
     let mut pool = card();
     let (mut reserved, mut peaks) = (Vec::new(), Vec::new());
     for sizes in STEPS {

@@ -6,8 +6,9 @@
 
 use std::collections::HashMap;
 
+use crate::BookError;
 use basics::bytes;
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use graphrace::Stream;
 use graphrace::expandable::ExpandablePool;
 use graphrace::pool::{LARGE_SEGMENT, MIN_LARGE_ALLOC, Pool, ROUND_LARGE};
@@ -184,7 +185,7 @@ pub fn replay(trace: &MemTrace, conf: Conf, limit: u64) -> Replay {
 /// The trainer's device limit on `card` with another process holding `others` bytes: what
 /// `cudaMalloc` can give before it fails (the card less the desktop, the trainer's CUDA context
 /// and the other process).
-pub fn limit(card: &Card, others: u64) -> Result<u64, CellError> {
+pub fn limit(card: &Card, others: u64) -> Result<u64, BookError> {
     card.pool_capacity()
         .checked_sub(others)
         .ok_or_else(|| "the other process holds more than the card has left".into())
@@ -253,7 +254,7 @@ pub fn tenants_table(
     seed: u64,
     trace: &MemTrace,
     others: &[u64],
-) -> Result<Table, CellError> {
+) -> Result<Table, BookError> {
     let mut t = Table::new([
         "another process holds",
         "CubeCL's pool",
@@ -402,7 +403,7 @@ pub fn reading_table(oom: &Oom, card: &Card, others: u64) -> Table {
 
 /// What `expandable_segments:True`, the message's own advice, does for the job with another
 /// process holding `others`: the step each layout raises in, and why.
-pub fn expandable_lesson(card: &Card, trace: &MemTrace, others: u64) -> Result<String, CellError> {
+pub fn expandable_lesson(card: &Card, trace: &MemTrace, others: u64) -> Result<String, BookError> {
     let limit = limit(card, others)?;
     let [default, expandable] = [Conf::Default, Conf::Expandable].map(|c| replay(trace, c, limit));
     let raised = |r: &Replay| r.oom.as_ref().map(|o| o.step);

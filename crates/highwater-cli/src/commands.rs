@@ -154,7 +154,9 @@ fn simulate(a: SimulateArgs) -> Result<()> {
                 pages: &report.pages,
                 failures: &report.failures,
             };
-            serde_json::to_writer(&mut out, &line).context("cannot write JSON")?;
+            serde_json::to_writer(&mut out, &line)
+                .map_err(std::io::Error::from) // a closed pipe stays an io::Error
+                .context("cannot write JSON")?;
             writeln!(out).context("cannot write to stdout")?;
         } else {
             rows.push(summary_row(&report));
@@ -313,7 +315,9 @@ fn forensics(a: ForensicsArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if a.json {
         for log in &logs {
-            serde_json::to_writer(&mut out, log).context("cannot write JSON")?;
+            serde_json::to_writer(&mut out, log)
+                .map_err(std::io::Error::from) // a closed pipe stays an io::Error
+                .context("cannot write JSON")?;
             writeln!(out)?;
         }
     } else {

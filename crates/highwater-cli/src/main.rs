@@ -54,34 +54,8 @@ mod quiet;
 #[cfg(feature = "cuda")]
 mod rerun;
 
-use std::io::ErrorKind;
-use std::process::ExitCode;
-
 use clap::Parser;
 
-fn main() -> ExitCode {
-    let cli = args::Cli::parse();
-    match commands::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        // `highwater simulate --json | head -1`: the reader left; not an error.
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        let io = c.downcast_ref::<std::io::Error>().map(std::io::Error::kind);
-        // `serde_json::to_writer` wraps the write's error in its own.
-        let json = c
-            .downcast_ref::<serde_json::Error>()
-            .and_then(serde_json::Error::io_error_kind);
-        io.or(json) == Some(ErrorKind::BrokenPipe)
-    })
+fn main() -> std::process::ExitCode {
+    basics::cli::exit_code(commands::run(args::Cli::parse()))
 }

@@ -179,7 +179,7 @@ fn simulate_traces_a_step_range() {
         reserve["page"].is_u64() && reserve["offset"].is_u64(),
         "{reserve}"
     );
-    assert!(std::fs::read(&pickle).unwrap().starts_with(&[0x80, 4]));
+    assert!(std::fs::read(&pickle).unwrap().starts_with(&[0x80, 2]));
     for (a, why) in [
         (
             args("12", "11..12", &["--seeds", "1..2"]),

@@ -17,7 +17,6 @@ pub mod limits;
 pub mod memtrace;
 pub mod memviz;
 pub mod network;
-pub mod pickle;
 pub mod pool;
 pub mod recipe;
 pub mod run;

@@ -25,7 +25,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use burn::tensor::backend::AutodiffBackend;
-use burn_cubecl::CubeBackend;
+use burn::tensor::bf16;
+use burn_cubecl::{CubeBackend, CubeRuntime};
 use burn_fusion::Fusion;
 use dryrun::{AutotuneError, CardProfile, DryDevice, DryRuntime};
 use highwater::pool::PoolUsage;
@@ -53,10 +54,6 @@ pub type DryCubeBf16 = CubeBackend<DryRuntime, burn::tensor::bf16, i32, u8>;
 pub type DryFusionBf16 = Fusion<DryCubeBf16>;
 /// The dry runtime with its server traced ([`dry_network_traced`]).
 pub type TracedDry = dryrun::traced::Traced<DryRuntime>;
-type TracedDryCube = CubeBackend<TracedDry, f32, i32, u8>;
-type TracedDryFusion = Fusion<TracedDryCube>;
-type TracedDryCubeBf16 = CubeBackend<TracedDry, burn::tensor::bf16, i32, u8>;
-type TracedDryFusionBf16 = Fusion<TracedDryCubeBf16>;
 
 /// The dry device's pool now (buffers and bytes in use, bytes reserved), once what is queued has
 /// run: for measuring a program of one's own between two points.
@@ -103,23 +100,7 @@ pub fn dry_network(
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<DryOutcome, AutotuneError> {
-    fn train<B: AutodiffBackend<Device = DryDevice>>(
-        network: &highwater::network::Network,
-        plan: &DryPlan,
-        card: Arc<CardProfile>,
-        autotune: Option<&Path>,
-    ) -> Result<DryOutcome, AutotuneError> {
-        with_step::<B, _>(network, Dry::<DryRuntime>::new(plan, card, autotune))
-    }
-    let run = on_precision!(
-        network.precision,
-        network.backend,
-        network.checkpointing,
-        (DryCube, DryFusion),
-        (DryCubeBf16, DryFusionBf16),
-        train
-    );
-    run(network, plan, card, autotune)
+    network_on::<DryRuntime>(network, plan, card, autotune)
 }
 
 /// [`dry_network`] with the server traced ([`dryrun::traced`]): [`DryOutcome::server_trace`]
@@ -131,21 +112,33 @@ pub fn dry_network_traced(
     card: Arc<CardProfile>,
     autotune: Option<&Path>,
 ) -> Result<DryOutcome, AutotuneError> {
-    fn train<B: AutodiffBackend<Device = DryDevice>>(
+    network_on::<TracedDry>(network, plan, card, autotune)
+}
+
+/// [`dry_network`] on runtime `R`: the dry runtime, or it traced.
+fn network_on<R: CubeRuntime<CubeDevice = DryDevice>>(
+    network: &highwater::network::Network,
+    plan: &DryPlan,
+    card: Arc<CardProfile>,
+    autotune: Option<&Path>,
+) -> Result<DryOutcome, AutotuneError> {
+    fn train<B: AutodiffBackend<Device = DryDevice>, R: CubeRuntime<CubeDevice = DryDevice>>(
         network: &highwater::network::Network,
         plan: &DryPlan,
         card: Arc<CardProfile>,
         autotune: Option<&Path>,
     ) -> Result<DryOutcome, AutotuneError> {
-        with_step::<B, _>(network, Dry::<TracedDry>::new(plan, card, autotune))
+        with_step::<B, _>(network, Dry::<R>::new(plan, card, autotune))
     }
+    type Cube<R, F> = CubeBackend<R, F, i32, u8>;
     let run = on_precision!(
         network.precision,
         network.backend,
         network.checkpointing,
-        (TracedDryCube, TracedDryFusion),
-        (TracedDryCubeBf16, TracedDryFusionBf16),
-        train
+        (Cube<R, f32>, Fusion<Cube<R, f32>>),
+        (Cube<R, bf16>, Fusion<Cube<R, bf16>>),
+        train,
+        R
     );
     run(network, plan, card, autotune)
 }

@@ -26,23 +26,28 @@
 
 /// The training function `$run::<B>` for the burn backend a recipe names: `$cube` (a runtime's
 /// `CubeBackend`) or `$fused` (`Fusion` over it), under `Autodiff` with the checkpoint strategy
-/// named. One match for the GPU rerun and the dry run, the wave and the networks.
+/// named, then any `$extra` type arguments `$run` takes (the runtime, where `$run` is generic
+/// over it too). One match for the GPU rerun and the dry run, the wave and the networks.
 #[cfg(feature = "dry")]
 macro_rules! on_backend {
-    ($backend:expr, $checkpointing:expr, $cube:ty, $fused:ty, $run:ident) => {{
+    ($backend:expr, $checkpointing:expr, $cube:ty, $fused:ty, $run:ident $(, $extra:ty)*) => {{
         use burn::backend::Autodiff;
         use burn::backend::autodiff::checkpoint::strategy::{
             BalancedCheckpointing, NoCheckpointing,
         };
         use highwater::recipe::{Backend, Checkpointing};
         match ($backend, $checkpointing) {
-            (Backend::Cube, Checkpointing::None) => $run::<Autodiff<$cube, NoCheckpointing>>,
-            (Backend::Cube, Checkpointing::Balanced) => {
-                $run::<Autodiff<$cube, BalancedCheckpointing>>
+            (Backend::Cube, Checkpointing::None) => {
+                $run::<Autodiff<$cube, NoCheckpointing> $(, $extra)*>
             }
-            (Backend::Fusion, Checkpointing::None) => $run::<Autodiff<$fused, NoCheckpointing>>,
+            (Backend::Cube, Checkpointing::Balanced) => {
+                $run::<Autodiff<$cube, BalancedCheckpointing> $(, $extra)*>
+            }
+            (Backend::Fusion, Checkpointing::None) => {
+                $run::<Autodiff<$fused, NoCheckpointing> $(, $extra)*>
+            }
             (Backend::Fusion, Checkpointing::Balanced) => {
-                $run::<Autodiff<$fused, BalancedCheckpointing>>
+                $run::<Autodiff<$fused, BalancedCheckpointing> $(, $extra)*>
             }
         }
     }};
@@ -53,13 +58,13 @@ macro_rules! on_backend {
 #[cfg(feature = "dry")]
 macro_rules! on_precision {
     ($precision:expr, $backend:expr, $checkpointing:expr, ($cube32:ty, $fused32:ty),
-     ($cube16:ty, $fused16:ty), $run:ident) => {{
+     ($cube16:ty, $fused16:ty), $run:ident $(, $extra:ty)*) => {{
         match $precision {
             highwater::network::Precision::F32 => {
-                on_backend!($backend, $checkpointing, $cube32, $fused32, $run)
+                on_backend!($backend, $checkpointing, $cube32, $fused32, $run $(, $extra)*)
             }
             highwater::network::Precision::Bf16 => {
-                on_backend!($backend, $checkpointing, $cube16, $fused16, $run)
+                on_backend!($backend, $checkpointing, $cube16, $fused16, $run $(, $extra)*)
             }
         }
     }};

@@ -17,6 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+// Seeded by the case number, the same on every machine.
+use basics::SplitMix64;
+
 /// Longest a single case may take before the run is called hung.
 pub const HANG: Duration = Duration::from_secs(20);
 
@@ -168,7 +171,7 @@ fn input_for(case: u64, seeds: &[(String, Vec<u8>)]) -> (String, Vec<u8>) {
         let (name, bytes) = &seeds[case as usize];
         return (name.clone(), bytes.clone());
     }
-    let mut rng = Rng::new(case);
+    let mut rng = SplitMix64::new(case);
     let (name, seed) = &seeds[rng.below(count) as usize];
     let mut bytes = seed.clone();
     for _ in 0..=rng.below(8) {
@@ -243,9 +246,9 @@ const TOKENS: &[&str] = &[
     "\u{2028}",
 ];
 
-fn mutate(bytes: &mut Vec<u8>, rng: &mut Rng) {
+fn mutate(bytes: &mut Vec<u8>, rng: &mut SplitMix64) {
     let len = bytes.len() as u64;
-    let at = |rng: &mut Rng| rng.below(len + 1) as usize;
+    let at = |rng: &mut SplitMix64| rng.below(len + 1) as usize;
     match rng.below(7) {
         0 if len > 0 => {
             let i = rng.below(len) as usize;
@@ -351,26 +354,6 @@ impl Watchdog {
             kept.extend_from_slice(input);
         }
         self.current.store(case, Ordering::SeqCst);
-    }
-}
-
-/// xorshift64*: small, seeded by the case number, the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
     }
 }
 

@@ -114,8 +114,8 @@ pub fn layout_differences(driver: &DriverGraph, model: &Graph) -> Vec<String> {
         .unwrap_or(0);
     let mut differ = vec![];
     for r in pool {
-        let at = (model.tensors.iter().position(|t| t.name == r.name))
-            .and_then(|i| model.placements[i].as_ref())
+        let at = (model.tensor(&r.name))
+            .and_then(|i| model.placements[i.0].as_ref())
             .map(|p| (p.range.start - model_base, p.range.end - model_base));
         if at != Some((r.start - driver_base, r.end - driver_base)) {
             differ.push(r.name.clone());

@@ -4,11 +4,12 @@
 //! helpers sort the ledger's rows by what they cost ([`OutputCounts`]) and add up what each
 //! path keeps until backward, per call and per step ([`bill_chart`], [`bill_table`]).
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use highwater::ffn;
 use highwater::ledger::{Kept, LedgerRow, Storage};
 use highwater_plot::{Bar, StackedBars};
 
+use crate::BookError;
 use crate::{Book, bytes};
 
 /// The three paths the chapter compares: the label it shows, and the recipe under
@@ -82,7 +83,7 @@ pub fn role(name: &str) -> &'static str {
 
 /// What each of the [`PATHS`] keeps alive until backward in one expert call, as one bar per
 /// path with a segment per [`role`] in the order first met.
-pub fn bill_chart(book: &Book) -> Result<StackedBars, CellError> {
+pub fn bill_chart(book: &Book) -> Result<StackedBars, BookError> {
     let mut bars = Vec::new();
     for (label, name) in PATHS {
         let ledger = ffn::expert_ledger(&book.recipe(name)?);
@@ -108,7 +109,7 @@ pub fn bill_chart(book: &Book) -> Result<StackedBars, CellError> {
 
 /// Bytes each of the [`PATHS`] keeps for backward, per call and per step (every expert call of
 /// a step), and per step over the silu control.
-pub fn bill_table(book: &Book) -> Result<Table, CellError> {
+pub fn bill_table(book: &Book) -> Result<Table, BookError> {
     let control = book.recipe("small")?;
     let control_step = ffn::expert_ledger(&control).held_bytes() * control.calls();
     let mut t = Table::new([

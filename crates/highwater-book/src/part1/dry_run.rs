@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
-use cell_output::CellError;
 use dryrun::{CardProfile, DryDevice, OnRefusal};
 use highwater::conform::{Exactness, NetworkRecord, RerunRecord};
 use situ::dry::{DryOutcome, pool_usage};
 
+use crate::BookError;
 use crate::load::{Book, MODELS, SWEEP};
 
 mod tables;
@@ -152,7 +152,7 @@ impl Book {
     /// Every held-out check: the decoder on both backends (the H200's cache, which holds its
     /// kernels), each model of [`MODELS`] with its own cache and predicted from the atlas less
     /// its own problems, and each burn-fusion record of [`FUSION`] ([`FUSION_CACHES`]).
-    pub fn held_out(&self) -> Result<Vec<HeldOut>, CellError> {
+    pub fn held_out(&self) -> Result<Vec<HeldOut>, BookError> {
         let card = self.h200_card()?;
         let mut checks = Vec::new();
         let mut replay = |dir: &str, name: &str, cache: std::path::PathBuf, band: bool| {
@@ -172,7 +172,7 @@ impl Book {
                 None
             };
             checks.push(HeldOut::of(&e, page, in_band));
-            Ok::<_, CellError>(())
+            Ok::<_, BookError>(())
         };
         for name in DECODER {
             replay(crate::load::RESULTS, name, self.h200_autotune(), false)?;
@@ -190,13 +190,13 @@ impl Book {
 
 impl Book {
     /// The H200's card profile, shared as the dry runtime takes it.
-    pub fn h200_card(&self) -> Result<Arc<CardProfile>, CellError> {
+    pub fn h200_card(&self) -> Result<Arc<CardProfile>, BookError> {
         Ok(Arc::new(self.h200()?))
     }
 
     /// `repro/results/NAME.json` replayed dry on the H200 with its autotune cache, against the
     /// record and its repeats: the record, the dry outcome, how close they are.
-    pub fn replay(&self, name: &str) -> Result<(RerunRecord, DryOutcome, Exactness), CellError> {
+    pub fn replay(&self, name: &str) -> Result<(RerunRecord, DryOutcome, Exactness), BookError> {
         let (record, repeats) = self.rerun_with_repeats(name)?;
         let (outcome, exactness) = self.replay_recorded(&record, &repeats)?;
         Ok((record, outcome, exactness))
@@ -207,7 +207,7 @@ impl Book {
         &self,
         record: &RerunRecord,
         repeats: &[RerunRecord],
-    ) -> Result<(DryOutcome, Exactness), CellError> {
+    ) -> Result<(DryOutcome, Exactness), BookError> {
         let autotune = self.h200_autotune();
         Ok(situ::dry::replay(
             record,
@@ -225,7 +225,7 @@ impl Book {
         &self,
         inputs: impl Fn(&DryDevice) -> I,
         loss: impl Fn(I) -> Tensor<B, 1>,
-    ) -> Result<u64, CellError>
+    ) -> Result<u64, BookError>
     where
         B: AutodiffBackend<Device = DryDevice>,
         I: Clone,
@@ -252,28 +252,6 @@ impl Book {
         }
         Ok(peak)
     }
-}
-
-/// [`Book::replay`] from the cells' directory.
-pub fn replay(name: &str) -> Result<(RerunRecord, DryOutcome, Exactness), CellError> {
-    Book::here().replay(name)
-}
-
-/// [`Book::forward_peak`] from the cells' directory.
-pub fn forward_peak<B, I>(
-    inputs: impl Fn(&DryDevice) -> I,
-    loss: impl Fn(I) -> Tensor<B, 1>,
-) -> Result<u64, CellError>
-where
-    B: AutodiffBackend<Device = DryDevice>,
-    I: Clone,
-{
-    Book::here().forward_peak(inputs, loss)
-}
-
-/// [`Book::h200_card`] from the cells' directory.
-pub fn h200_card() -> Result<Arc<CardProfile>, CellError> {
-    Book::here().h200_card()
 }
 
 #[cfg(test)]
@@ -380,10 +358,6 @@ mod tests {
         );
     }
 
-    fn repository() -> Book {
-        Book::repository()
-    }
-
     #[test]
     fn the_held_out_table_has_a_row_per_check() {
         let e = exactness(vec![differing("reserved", 50)]);
@@ -411,7 +385,7 @@ mod tests {
 
     #[test]
     fn the_dry_device_derives_the_h200s_properties() {
-        let t = device_table(&repository()).unwrap();
+        let t = device_table(&Book::repository()).unwrap();
         assert_eq!(t.rows().len(), 4);
         // The checksum that keys the autotune cache: recorded and derived, the same.
         assert_eq!(t.rows()[1][1], t.rows()[1][2]);
@@ -420,21 +394,21 @@ mod tests {
 
     #[test]
     fn one_configuration_of_the_gpu_records_varies_over_three_runs() {
-        let summary = repeats_summary(&repository()).unwrap();
+        let summary = repeats_summary(&Book::repository()).unwrap();
         assert!(summary.contains("runs of each: 3"), "{summary}");
         assert!(summary.ends_with(SPREAD_RUN), "{summary}");
     }
 
     #[test]
     fn the_dry_run_dies_where_the_capped_gpu_died() {
-        let t = death_table(&repository()).unwrap();
+        let t = death_table(&Book::repository()).unwrap();
         assert_eq!(t.rows().len(), 4);
         assert_eq!(t.rows()[0][1], t.rows()[0][2], "the same step and phase");
     }
 
     #[test]
     fn the_capped_fused_arms_extra_page_is_one_gate_up_weight() {
-        let book = repository();
+        let book = Book::repository();
         let (t, spread) = spread_table(&book).unwrap();
         assert_eq!(t.rows().len(), 4, "three GPU runs and the dry one");
         let recipe = book
@@ -449,7 +423,7 @@ mod tests {
 
     #[test]
     fn the_simulators_two_misses_replay_dry_to_the_byte() {
-        let t = misses_table(&repository()).unwrap();
+        let t = misses_table(&Book::repository()).unwrap();
         assert_eq!(t.rows().len(), 2);
         for row in t.rows() {
             assert!(row[1].starts_with("0 of "), "{row:?}");
@@ -460,7 +434,7 @@ mod tests {
 
     #[test]
     fn cold_and_warm_caches_replay_dry_to_the_byte() {
-        let t = autotune_table(&repository()).unwrap();
+        let t = autotune_table(&Book::repository()).unwrap();
         assert_eq!(t.rows().len(), 2);
         for row in t.rows() {
             assert_eq!(row[2], row[3], "{row:?}");
@@ -484,7 +458,7 @@ mod tests {
         let y = g.mul_scalar("y = s·1.5", s);
         let loss_id = g.reduce("loss", "sum", y);
         g.output(loss_id);
-        let book = repository();
+        let book = Book::repository();
         // As the chapter's cell calls them: `leaves`' backend inferred from `loss`'s.
         let cube = book
             .forward_peak(leaves, loss::<Autodiff<DryCube>>)

@@ -5,13 +5,13 @@
 //! them as the chapter's tables. A file that lacks a field fails to read, naming the file and
 //! the field, so a renamed field fails the build instead of showing a dash on the page.
 
-use cell_output::{CellError, Markdown, Table};
+use cell_output::{Markdown, Table};
 use highwater::conform::Provenance;
 use situ::gate::Check;
 use situ::results::{Bench, Gate};
 
 use crate::Book;
-use crate::load::BookError;
+use crate::BookError;
 
 /// The gate's record: every check of the report's three tests, with its error and threshold.
 pub const GATE: &str = "repro/results/gate-situ-h200.json";
@@ -45,7 +45,7 @@ fn shape([n, f]: [usize; 2]) -> String {
 
 /// One line per test of the gate ([`GATE`]): its result, the checks passed, and its worst
 /// check relative to that check's threshold (checks without a threshold left out).
-pub fn gate_summary_table(book: &Book) -> Result<Table, CellError> {
+pub fn gate_summary_table(book: &Book) -> Result<Table, BookError> {
     let g = gate_record(book)?;
     let mut t = Table::new([
         "test",
@@ -80,7 +80,7 @@ pub fn gate_summary_table(book: &Book) -> Result<Table, CellError> {
 
 /// One line per shape `[N, f]` the gate ran ([`GATE`]), in the order first checked: the vector
 /// width its kernels ran with, and the fused-vs-tensor errors and the finite-difference check.
-pub fn gate_shapes_table(book: &Book) -> Result<Table, CellError> {
+pub fn gate_shapes_table(book: &Book) -> Result<Table, BookError> {
     let g = gate_record(book)?;
     let all: Vec<&Check> = g.tests.iter().flat_map(|t| &t.checks).collect();
     let find = |shape: [usize; 2], what: &str, ck: &str| {
@@ -122,7 +122,7 @@ pub fn gate_shapes_table(book: &Book) -> Result<Table, CellError> {
 
 /// The gate's thresholds ([`GATE`]), one per kind of comparison, as the binary fixed them
 /// before it ran.
-pub fn gate_thresholds_table(book: &Book) -> Result<Table, CellError> {
+pub fn gate_thresholds_table(book: &Book) -> Result<Table, BookError> {
     let th = gate_record(book)?.thresholds;
     Ok(Table::new(["comparison", "threshold"])
         .row([
@@ -153,7 +153,7 @@ pub fn gate_thresholds_table(book: &Book) -> Result<Table, CellError> {
 /// The benchmark's times ([`BENCH`]): the copy that sets the yardstick, the fused kernels alone
 /// (forward, backward, both, with their bandwidth), then each path through autodiff, against
 /// the bandwidth floor.
-pub fn bench_table(book: &Book) -> Result<Table, CellError> {
+pub fn bench_table(book: &Book) -> Result<Table, BookError> {
     let b = bench_record(book)?;
     let (k, copy) = (&b.fused_kernels, &b.copy);
     let ms = |x: f64| format!("{x:.3} ms");

@@ -1,15 +1,16 @@
 //! *Forensics* (`src/part-1/forensics.md`): what its cells compute.
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use highwater::forensics::AttemptPhase;
 
+use crate::BookError;
 use crate::text::steps;
 use crate::{Book, bytes};
 
 /// The SiTU arm's logs, a row each: attempts, the steps each attempt died at, and every reserve
 /// failure by requested size, with when it happened (before step 0, after a step). The chapter
 /// reads the defect from *when* and *what size*, so both are spelt out per failure.
-pub fn situ_logs_table(book: &Book) -> Result<Table, CellError> {
+pub fn situ_logs_table(book: &Book) -> Result<Table, BookError> {
     let mut table = Table::new([
         "log",
         "attempts",

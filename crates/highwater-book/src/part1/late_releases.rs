@@ -7,10 +7,11 @@
 
 use std::collections::BTreeSet;
 
-use cell_output::{CellError, Markdown, Table};
+use cell_output::{Markdown, Table};
 use highwater::forensics::AttemptPhase;
 use highwater::{Incident, Recipe, RunReport, simulate};
 
+use crate::BookError;
 use crate::part1::wall::{merge_seeds, seed_list};
 use crate::reports::refused_sizes;
 use crate::text::steps;
@@ -184,7 +185,7 @@ pub fn simulated_row(run: &RunReport) -> [String; 5] {
 /// What the simulated SiTU arm and its logs agree on, checked: every seed dies on a logging
 /// step, after failing to reserve one of the arm's activation sizes, at a step that depends on
 /// the seed; and the window of those steps against the logged deaths'.
-pub fn agreement(book: &Book) -> Result<Markdown, CellError> {
+pub fn agreement(book: &Book) -> Result<Markdown, BookError> {
     let r = book.recipe("situ")?;
     let activation_sizes = [r.tokens() * r.d_ffn * 4, r.tokens() * r.gate_up_width() * 4];
     let mut simulated = Vec::new();

@@ -6,11 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use highwater::forensics::AttemptPhase;
 use highwater::layout::Shape;
 use highwater::trace::{Event, StepTrace};
 
+use crate::BookError;
 use crate::text::steps;
 use crate::{Book, bytes};
 
@@ -30,7 +31,7 @@ pub struct LeakCheck {
 
 /// Reads the SiTU arm's incident logs against the sizes of the step's own tensors
 /// (`repro/incident`, `repro/recipes/situ.toml`).
-pub fn situ_logs(book: &Book) -> Result<LeakCheck, CellError> {
+pub fn situ_logs(book: &Book) -> Result<LeakCheck, BookError> {
     let r = book.recipe("situ")?;
     let nf = Shape::from([r.tokens(), r.d_ffn]).bytes(r.dtype);
     let n2f = Shape::from([r.tokens(), r.gate_up_width()]).bytes(r.dtype);

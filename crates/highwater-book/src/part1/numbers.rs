@@ -2,10 +2,11 @@
 
 use std::collections::BTreeSet;
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use highwater::forensics::AttemptPhase;
 
 use crate::Book;
+use crate::BookError;
 
 /// The SiTU activation's tensors, each `(what, shape)`, against every size whose reservation
 /// failed after step 0 in any incident log: a row per tensor (its shape, its bytes as
@@ -15,7 +16,7 @@ pub fn sizes_table(
     book: &Book,
     tensors: &[(&str, Vec<u64>)],
     bytes_of: impl Fn(&[u64]) -> u64,
-) -> Result<Table, CellError> {
+) -> Result<Table, BookError> {
     // Every size whose reservation failed after step 0, in any log.
     let mut failed_mid_run: BTreeSet<u64> = book
         .incidents()?

@@ -6,13 +6,14 @@
 
 use std::collections::BTreeSet;
 
-use cell_output::{CellError, CellValue, Figure, Markdown, Output, Table};
+use cell_output::{CellValue, Figure, Markdown, Output, Table};
 use highwater::conform::{
     Compared, Conformance, IN_USE_TOLERANCE, RESERVED_TOLERANCE, RerunRecord, conform,
 };
 use highwater::recipe::written_name;
 use highwater_plot::{ErrorChart, ErrorLine, HighWaterChart, Series};
 
+use crate::BookError;
 use crate::load::{Book, RESULTS};
 use crate::{bytes, reports};
 
@@ -20,7 +21,7 @@ use crate::{bytes, reports};
 pub const GPU_CELL_FREEZE: &str = "repro/freeze/part-1/rerun/gpu-1.json";
 
 /// Every recorded rerun, in name order, with the simulator's judgement of it.
-pub fn checked(book: &Book) -> Result<Vec<(RerunRecord, Conformance)>, CellError> {
+pub fn checked(book: &Book) -> Result<Vec<(RerunRecord, Conformance)>, BookError> {
     book.rerun_records()?
         .into_iter()
         .map(|(_, r)| {
@@ -47,7 +48,7 @@ pub fn arm(r: &RerunRecord) -> String {
 
 /// Where the recorded reruns come from: the GPU, its memory, the software, the source
 /// revisions and dates, and one command that wrote a record (@tbl-rerun-provenance).
-pub fn provenance_table(book: &Book) -> Result<Table, CellError> {
+pub fn provenance_table(book: &Book) -> Result<Table, BookError> {
     let runs = book.rerun_records()?;
     let first = &runs.first().ok_or("no rerun recorded")?.1.provenance;
     let mut revisions: Vec<&str> = runs
@@ -108,7 +109,7 @@ pub fn provenance_table(book: &Book) -> Result<Table, CellError> {
 
 /// Each recorded run against the simulator: worst errors, deaths on both sides, and the
 /// verdict, a known miss told apart from a new one (@tbl-conform).
-pub fn conform_table(book: &Book) -> Result<Table, CellError> {
+pub fn conform_table(book: &Book) -> Result<Table, BookError> {
     let known = book.known_misses()?;
     let mut t = Table::new([
         "run",
@@ -152,7 +153,7 @@ pub fn conform_table(book: &Book) -> Result<Table, CellError> {
 
 /// The tolerances, and the largest difference in live bytes after forward over every step
 /// that both the GPU and the simulator completed, with the run and step where it lies.
-pub fn live_bytes_note(book: &Book) -> Result<Markdown, CellError> {
+pub fn live_bytes_note(book: &Book) -> Result<Markdown, BookError> {
     let mut worst: (u64, String) = (0, String::new());
     let mut steps = 0;
     let mut runs = 0;
@@ -187,7 +188,7 @@ pub fn live_bytes_note(book: &Book) -> Result<Markdown, CellError> {
 
 /// The uncapped CubeBackend runs whose bytes reserved the simulator predicts to the byte from
 /// step 2 on; fails if one is not, since the text says every one is.
-pub fn cube_reserved_note(book: &Book) -> Result<Markdown, CellError> {
+pub fn cube_reserved_note(book: &Book) -> Result<Markdown, BookError> {
     let mut exact = vec![];
     let mut other = vec![];
     for (r, c) in checked(book)?
@@ -225,7 +226,7 @@ pub fn cube_reserved_note(book: &Book) -> Result<Markdown, CellError> {
 
 /// The simulator's error in bytes reserved at each step of every uncapped run, one line per
 /// run, against the tolerance (@fig-rerun-steps).
-pub fn reserved_error_figure(book: &Book) -> Result<Figure, CellError> {
+pub fn reserved_error_figure(book: &Book) -> Result<Figure, BookError> {
     let lines = checked(book)?
         .into_iter()
         .filter(|(r, _)| r.device.cap_bytes.is_none())
@@ -258,7 +259,7 @@ pub fn reserved_error_figure(book: &Book) -> Result<Figure, CellError> {
 }
 
 /// The capped runs, `(record, judgement)`, in name order.
-fn capped(book: &Book) -> Result<Vec<(RerunRecord, Conformance)>, CellError> {
+fn capped(book: &Book) -> Result<Vec<(RerunRecord, Conformance)>, BookError> {
     let mut runs = checked(book)?;
     runs.retain(|(r, _)| r.device.cap_bytes.is_some());
     Ok(runs)
@@ -266,7 +267,7 @@ fn capped(book: &Book) -> Result<Vec<(RerunRecord, Conformance)>, CellError> {
 
 /// Pages held per step by the wave's three arms on the capped H200, measured and simulated,
 /// each death marked, against what the cap leaves the pool (@fig-rerun-capped).
-pub fn capped_figure(book: &Book) -> Result<Figure, CellError> {
+pub fn capped_figure(book: &Book) -> Result<Figure, BookError> {
     let mut series = vec![];
     let mut capacity = 0;
     for (r, c) in capped(book)? {
@@ -318,14 +319,14 @@ pub fn capped_figure(book: &Book) -> Result<Figure, CellError> {
 }
 
 /// The log `highwater rerun` wrote beside the record judged as `c`, read for its refusals.
-fn run_log(book: &Book, c: &Conformance) -> Result<highwater::LogForensics, CellError> {
+fn run_log(book: &Book, c: &Conformance) -> Result<highwater::LogForensics, BookError> {
     let log_path = format!("{RESULTS}/{}.log", c.name);
     Ok(highwater::parse_log(&log_path, &book.read(&log_path)?))
 }
 
 /// The capped runs: what the pool may take, its fullest step and the headroom left, each
 /// run's fate and refused pages on the GPU and in the simulator (@tbl-rerun-capped).
-pub fn capped_table(book: &Book) -> Result<Table, CellError> {
+pub fn capped_table(book: &Book) -> Result<Table, BookError> {
     let mut t = Table::new([
         "arm",
         "capped H200's edge",
@@ -380,7 +381,7 @@ pub fn capped_table(book: &Book) -> Result<Table, CellError> {
 
 /// For each run that died on the GPU: where, where the simulator kills it, and whether every
 /// page size the GPU refused is one the simulator refuses too.
-pub fn capped_deaths_note(book: &Book) -> Result<Markdown, CellError> {
+pub fn capped_deaths_note(book: &Book) -> Result<Markdown, BookError> {
     let mut out = vec![];
     for (r, c) in checked(book)? {
         let Some(death) = &r.died else { continue };
@@ -418,7 +419,7 @@ pub fn capped_deaths_note(book: &Book) -> Result<Markdown, CellError> {
 
 /// Each capped run checked against the recipe text it recorded: where today's recipe gives
 /// the rest of the model other live bytes, the fate simulated with each.
-pub fn recipe_drift_note(book: &Book) -> Result<Markdown, CellError> {
+pub fn recipe_drift_note(book: &Book) -> Result<Markdown, BookError> {
     let fate = |c: &Conformance| {
         c.predicted_died_at
             .map_or("survives".to_string(), |s| format!("dies in step {s}"))
@@ -464,7 +465,7 @@ pub fn recipe_drift_note(book: &Book) -> Result<Markdown, CellError> {
 /// errors and the step times (@tbl-rerun-live). With no freeze yet, a line saying so (the GPU
 /// cell already reports its missing or stale freeze, which a strict build fails on); an error
 /// if the freeze or its record lacks a field, or if the simulator misses the run.
-pub fn gpu_cell_table(book: &Book) -> Result<Output, CellError> {
+pub fn gpu_cell_table(book: &Book) -> Result<Output, BookError> {
     let path = GPU_CELL_FREEZE;
     // The freeze is the cell's output; its body is the record, as JSON text.
     let Some(r) = book.frozen::<RerunRecord>(path)? else {

@@ -1,13 +1,14 @@
 //! *Walking into the wall*'s records: the H200's runs of each candidate (`scripts/gpu-wall`)
 //! and the dry run's predictions of them (`scripts/wall-predict`).
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use highwater::conform::{MeasuredDeath, RerunRecord};
 use highwater::recipe::written_name;
 use highwater::{Checkpointing, RunReport};
 
+use crate::BookError;
 use crate::bytes;
-use crate::load::{Book, BookError, RESULTS, json_at};
+use crate::load::{Book, RESULTS, json_at};
 use crate::series::{self, Pools};
 
 /// The wall's records, under [`RESULTS`].
@@ -47,16 +48,6 @@ pub fn candidate(r: &RerunRecord) -> String {
         Checkpointing::None => stem,
         c => format!("{stem} / {}", written_name(&c)),
     }
-}
-
-/// [`Book::wall_runs`] from the cells' directory.
-pub fn runs(dir: &str) -> Result<Vec<RerunRecord>, BookError> {
-    Book::here().wall_runs(dir)
-}
-
-/// [`Book::wall_prediction`] from the cells' directory.
-pub fn predicted(name: &str) -> Result<RunReport, BookError> {
-    Book::here().wall_prediction(name)
 }
 
 /// Seeds as a reader reads them, runs of consecutive seeds joined: `1–5`, `1, 3–4`.
@@ -124,7 +115,7 @@ pub fn failure(message: &str) -> String {
 /// *What grows on the H200*: for each candidate on the whole H200, every stream's pools at
 /// step 2 and at the end (the training thread's own in brackets where they part by more than
 /// 64 MiB), what they grew after step 2, and the steps they grew at (the first twelve).
-pub fn grows_table(book: &Book) -> Result<Table, CellError> {
+pub fn grows_table(book: &Book) -> Result<Table, BookError> {
     let mut t = Table::new([
         "candidate",
         "step 2",
@@ -192,7 +183,7 @@ pub(crate) fn predicted_death<'r>(
 /// *Deaths on the capped card*: one row per candidate of the capped H200 runs, each seed's
 /// death (step, phase, page refused, failure) merged across seeds ([`merge_seeds`]), and the
 /// dry run's step, checked equal to the H200's for every seed, as the text claims.
-pub fn deaths_table(book: &Book) -> Result<Table, CellError> {
+pub fn deaths_table(book: &Book) -> Result<Table, BookError> {
     let runs = book.wall_runs("capped")?;
     let mut names: Vec<String> = runs.iter().map(candidate).collect();
     names.dedup();
@@ -238,7 +229,7 @@ pub fn deaths_table(book: &Book) -> Result<Table, CellError> {
 /// *What stops it*: each mitigation on the capped H200 (seed 1), its fate on the GPU and as the
 /// dry run predicted it, the most every stream's pools held in a completed step, and the
 /// headroom that left.
-pub fn mitigations_table(book: &Book) -> Result<Table, CellError> {
+pub fn mitigations_table(book: &Book) -> Result<Table, BookError> {
     let mut t = Table::new([
         "run",
         "on the GPU",

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use burn::backend::Autodiff;
-use cell_output::{CellError, Figure, Table};
+use cell_output::{Figure, Table};
 use dryrun::{CardProfile, OnRefusal, TieBreak};
 use highwater::RunReport;
 use highwater::conform::{MeasuredStep, NetworkRecord};
@@ -24,6 +24,7 @@ use crate::{bytes, series};
 mod atlas;
 mod job;
 
+use crate::BookError;
 #[cfg(test)]
 use atlas::miss_policy_text;
 pub use atlas::{FromAtlas, RecordedModel};
@@ -41,7 +42,7 @@ pub fn h200_autotune() -> Option<&'static Path> {
 }
 
 /// The H200's chip with 16 GiB of memory: the card every question on the page is asked about.
-pub fn card_16gib(book: &Book) -> Result<Arc<CardProfile>, CellError> {
+pub fn card_16gib(book: &Book) -> Result<Arc<CardProfile>, BookError> {
     Ok(Arc::new(book.h200()?.with_memory(16 << 30)))
 }
 
@@ -158,7 +159,7 @@ pub fn search_table(search: &BatchSearch) -> Table {
 /// backend: figures differing, the largest difference, bytes reserved at the last step. Asserts
 /// what the text says: steps and fate match, CubeBackend to the byte, live bytes to the byte on
 /// both backends.
-pub fn decoder_held_out(book: &Book) -> Result<Table, CellError> {
+pub fn decoder_held_out(book: &Book) -> Result<Table, BookError> {
     let h200 = Arc::new(book.h200()?);
     let mut t = Table::new([
         "backend",
@@ -187,7 +188,7 @@ fn decoder_replayed(
     book: &Book,
     h200: &Arc<CardProfile>,
     backend: &str,
-) -> Result<([String; 6], usize), CellError> {
+) -> Result<([String; 6], usize), BookError> {
     let last = |steps: &[MeasuredStep]| {
         Ok::<_, &str>(bytes::show(steps.last().ok_or("no step")?.reserved))
     };
@@ -254,7 +255,7 @@ fn decoder_replayed(
 fn decoder_fusion_band(
     book: &Book,
     h200: &Arc<CardProfile>,
-) -> Result<(NetworkRecord, Vec<NetworkRecord>, Band, BandCheck), CellError> {
+) -> Result<(NetworkRecord, Vec<NetworkRecord>, Band, BandCheck), BookError> {
     let (record, repeats) = book.network_with_repeats("decoder-decoder-fusion-none-b16")?;
     let atlas = dryrun::Atlas::read(&book.h200_autotune())?;
     let (band, check) = situ::band::replay_band(&record, &repeats, h200.clone(), &atlas)?;
@@ -264,7 +265,7 @@ fn decoder_fusion_band(
 /// The decoder on burn-fusion at each schedule its band explores (`dryrun::schedule`): bytes
 /// reserved after step 1 and the last step against the GPU's runs. Asserts what the text says:
 /// no schedule is the GPU's at both, and the band holds them.
-pub fn decoder_schedules(book: &Book) -> Result<Table, CellError> {
+pub fn decoder_schedules(book: &Book) -> Result<Table, BookError> {
     let h200 = Arc::new(book.h200()?);
     let (record, repeats, band, check) = decoder_fusion_band(book, &h200)?;
     let gpu_at = |i: usize| {
@@ -338,15 +339,11 @@ mod tests {
         assert!(r[2].contains("fills a page of 1 GiB"), "{r:?}");
     }
 
-    fn repo() -> Book {
-        Book::repository()
-    }
-
     /// *Apply it to your job*'s helpers on the encoder, small: a batch that fits a 16 GiB card
     /// and one that does not, the death's table, the phases, the transformer's tensors.
     #[test]
     fn a_job_dies_where_fit_says_and_its_tables_say_so() {
-        let job = repo().job("encoder", 16 << 30).unwrap();
+        let job = Book::repository().job("encoder", 16 << 30).unwrap();
         let fits = job.run(&job.at(2, Checkpointing::None).unwrap(), OnRefusal::Refuse);
         let fits = fits.unwrap();
         assert!(fits.died.is_none());
@@ -377,13 +374,13 @@ mod tests {
             tensors.contains(&bytes::show(16 * 512 * 30522 * 4)),
             "{tensors}"
         );
-        let mlp = repo().job("mlp", 16 << 30).unwrap();
+        let mlp = Book::repository().job("mlp", 16 << 30).unwrap();
         assert!(transformer_tensors(&mlp.network).is_err());
     }
 
     #[test]
     fn every_recorded_model_has_its_cold_run_its_cache_and_a_place_in_the_atlas() {
-        let book = repo();
+        let book = Book::repository();
         let models = book.recorded_models().unwrap();
         assert_eq!(models.len(), 6, "{models:?}");
         let sources = book.atlas_sources().unwrap();
@@ -413,7 +410,7 @@ mod tests {
     #[test]
     fn a_dry_run_and_a_search_read_as_the_page_shows_them() {
         use cell_output::CellValue;
-        let book = repo();
+        let book = Book::repository();
         assert_eq!(card_16gib(&book).unwrap().total_bytes, 16 << 30);
         assert!(book.path(h200_autotune().unwrap()).is_dir());
         let job = book.job("encoder", 16 << 30).unwrap();
@@ -440,7 +437,7 @@ mod tests {
         assert!(svg.body().contains("<svg"), "{}", svg.body());
         // A search whose batches up to 4 fit and whose larger ones die as batch 16 does.
         let search = largest_batch(8, |b| {
-            Ok::<_, CellError>(if b <= 4 { fits.clone() } else { dies.clone() })
+            Ok::<_, BookError>(if b <= 4 { fits.clone() } else { dies.clone() })
         })
         .unwrap();
         let t = search_table(&search);
@@ -458,7 +455,7 @@ mod tests {
     /// bytes reserved vary on a small host): every figure the GPU's, as the page says.
     #[test]
     fn the_decoder_replays_to_the_byte_on_cubebackend() {
-        let book = repo();
+        let book = Book::repository();
         let h200 = Arc::new(book.h200().unwrap());
         let (row, live) = decoder_replayed(&book, &h200, "cube").unwrap();
         assert_eq!(live, 0);
@@ -470,11 +467,14 @@ mod tests {
 
     #[test]
     fn the_decoder_on_fusion_is_banded_by_its_schedules_on_any_host() {
-        let t = decoder_schedules(&repo()).unwrap();
+        let t = decoder_schedules(&Book::repository()).unwrap();
         assert_eq!(t.rows().len(), dryrun::Schedule::EXPLORED.len() + 1);
         assert_eq!(t.rows()[1][0], "none: the training thread's order");
         // Deterministic: the same table again, to the byte.
-        assert_eq!(decoder_schedules(&repo()).unwrap().rows(), t.rows());
+        assert_eq!(
+            decoder_schedules(&Book::repository()).unwrap().rows(),
+            t.rows()
+        );
     }
 
     #[test]

@@ -2,14 +2,15 @@
 
 use std::collections::BTreeSet;
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 
+use crate::BookError;
 use crate::load::Book;
 
 /// The model's configurations and the experiment each stands for: one row per configuration
 /// an experiment of the hunt names (the first that names it), then `record_stream`, which the
 /// incident never tried. Its columns are the switches the next chapters turn.
-pub fn configurations_table(book: &Book) -> Result<Table, CellError> {
+pub fn configurations_table(book: &Book) -> Result<Table, BookError> {
     let mut t = Table::new([
         "experiment",
         "configuration",

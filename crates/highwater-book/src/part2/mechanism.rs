@@ -6,7 +6,7 @@
 //! paragraphs that read the configurations' shapes and segment sizes (each checking the claims
 //! it makes).
 
-use cell_output::{CellError, Markdown, Table};
+use cell_output::{Markdown, Table};
 use graphrace::pool::{LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND_LARGE, Request};
 use graphrace::program::{Home, Op, TensorId};
 use graphrace::replay::Span;
@@ -16,6 +16,7 @@ use graphrace::{
 use highwater_plot::{Curve, Lane, Mark, Timeline};
 
 use crate::Book;
+use crate::BookError;
 use crate::bytes::{self, Unit};
 use crate::experiments::Experiment;
 use crate::text::grouped;
@@ -42,24 +43,23 @@ pub fn mib(bytes: u64) -> String {
 }
 
 /// The tensor of `p` named `name`: the chapter names tensors as the configurations do.
-fn tensor(p: &Program, name: &str) -> Result<TensorId, CellError> {
-    let i = p.tensors.iter().position(|t| t.name == name);
-    Ok(TensorId(i.ok_or(format!("no tensor `{name}`"))?))
+fn tensor(p: &Program, name: &str) -> Result<TensorId, BookError> {
+    Ok(p.tensor(name).ok_or(format!("no tensor `{name}`"))?)
 }
 
 /// One session's row of tensor `name` in `p`, in bytes.
-pub fn row_bytes(p: &Program, name: &str) -> Result<u64, CellError> {
+pub fn row_bytes(p: &Program, name: &str) -> Result<u64, BookError> {
     Ok(p.tensors[tensor(p, name)?.0].row_bytes)
 }
 
 /// All of tensor `name` in `p` (its row times the sessions), in bytes.
-pub fn tensor_bytes(p: &Program, name: &str) -> Result<u64, CellError> {
+pub fn tensor_bytes(p: &Program, name: &str) -> Result<u64, BookError> {
     Ok(p.bytes(tensor(p, name)?))
 }
 
 /// The sessions of the incident's load test, as the incident report gives its load (`60
 /// sessions × 4 rounds`): the load the chapter's tables and figures are drawn at.
-pub fn incident_sessions(book: &Book) -> Result<u32, CellError> {
+pub fn incident_sessions(book: &Book) -> Result<u32, BookError> {
     let incident = book.experiment("incident")?;
     match incident.sessions()[..] {
         [sessions] => Ok(sessions),
@@ -136,8 +136,8 @@ pub fn program_table(p: &Program) -> Table {
 /// The paragraph on the served model's shapes, read from the incident's and fp8's
 /// configurations. It checks the one relation the chapter rests on: a row of bf16 index keys
 /// is larger than a row of logits, a row of fp8 keys (with its scales) is not.
-pub fn shapes_text(book: &Book) -> Result<Markdown, CellError> {
-    let row = |cfg: &str, name: &str| -> Result<u64, CellError> {
+pub fn shapes_text(book: &Book) -> Result<Markdown, BookError> {
+    let row = |cfg: &str, name: &str| -> Result<u64, BookError> {
         row_bytes(&decode_step(&book.graphrace_config(cfg)?, 1), name)
     };
     let (hidden, logits) = (row("incident", "x")?, row("incident", "logits")?);
@@ -168,7 +168,7 @@ pub fn shapes_text(book: &Book) -> Result<Markdown, CellError> {
 /// from the incident report and the sizes from the incident configuration and graphrace's
 /// allocator constants. It checks what it says: the transient is at least [`MIN_LARGE_ALLOC`],
 /// so its segment is its size rounded up to [`ROUND_LARGE`], and capture puts the logits on it.
-pub fn bf16_segment_text(book: &Book) -> Result<Markdown, CellError> {
+pub fn bf16_segment_text(book: &Book) -> Result<Markdown, BookError> {
     let sessions = incident_sessions(book)?;
     let cfg = book.graphrace_config("incident")?;
     let keys = tensor_bytes(&decode_step(&cfg, sessions), "index_k")?;
@@ -207,10 +207,9 @@ pub struct Placed {
 
 /// The pool tensors of graph `g` (static ones have no place in the pool), in the step's
 /// order, each with whether it shares bytes with the transient `index_k`.
-pub fn pool_layout(g: &Graph) -> Result<Vec<Placed>, CellError> {
-    let k = g.tensors.iter().position(|t| t.name == "index_k");
-    let k = k.ok_or("the step has no index_k")?;
-    g.placements[k].as_ref().ok_or("index_k not placed")?;
+pub fn pool_layout(g: &Graph) -> Result<Vec<Placed>, BookError> {
+    let k = g.tensor("index_k").ok_or("the step has no index_k")?;
+    g.placements[k.0].as_ref().ok_or("index_k not placed")?;
     let sharing = g.sharing_bytes_with("index_k");
     let mut placed = vec![];
     for (i, t) in g.tensors.iter().enumerate() {
@@ -230,15 +229,14 @@ pub fn pool_layout(g: &Graph) -> Result<Vec<Placed>, CellError> {
 
 /// When the side's store of the index keys and the LM head ran in the first replay of `g`
 /// under `timing` (seed, trial and replay 0): the chapter's margin is the gap between them.
-pub fn store_and_lm_head(g: &Graph, timing: Timing) -> Result<(Span, Span), CellError> {
+pub fn store_and_lm_head(g: &Graph, timing: Timing) -> Result<(Span, Span), BookError> {
     let spans = Replayer::new(g, timing).schedule(Draw {
         seed: 0,
         trial: 0,
         replay: 0,
     });
-    let at = |name: &str| -> Result<Span, CellError> {
-        let node = g.nodes.iter().position(|n| n.kernel.name == name);
-        Ok(spans[node.ok_or(format!("no kernel `{name}`"))?])
+    let at = |name: &str| -> Result<Span, BookError> {
+        Ok(spans[g.node(name).ok_or(format!("no kernel `{name}`"))?])
     };
     Ok((at("index_k_store")?, at("lm_head")?))
 }
@@ -277,7 +275,7 @@ pub fn reported_rate(experiments: &[Experiment], model: &str) -> String {
 
 /// The model's calibrated numbers (`timing`'s jitter, `costs`' LM head and clone) beside the
 /// rate of the incident report each was fitted to, and the one number that was not fitted.
-pub fn calibrated_table(book: &Book, timing: Timing, costs: &Costs) -> Result<Table, CellError> {
+pub fn calibrated_table(book: &Book, timing: Timing, costs: &Costs) -> Result<Table, BookError> {
     let incident = book.experiment("incident")?;
     let (t, c) = (timing, costs);
     Ok(Table::new(["number", "value", "fitted to"])
@@ -354,13 +352,13 @@ pub fn collision_timeline(g: &Graph, draw: Draw, replay: &Replay) -> Timeline {
 /// The most sessions at which fp8's transient `index_k` is still under [`MIN_LARGE_ALLOC`], so
 /// gets a [`LARGE_SEGMENT`], read from the fp8 configuration. It checks what the chapter says of
 /// it: the check finds a race there and none a session later, and the logits fit that segment.
-pub fn fp8_last_shared_segment(book: &Book) -> Result<u32, CellError> {
+pub fn fp8_last_shared_segment(book: &Book) -> Result<u32, BookError> {
     let cfg = book.graphrace_config("fp8")?;
     let p = decode_step(&cfg, 1);
     let (keys, logits) = (row_bytes(&p, "index_k")?, row_bytes(&p, "logits")?);
     // The most sessions whose fp8 transient is still under MIN_LARGE_ALLOC.
     let last = ((MIN_LARGE_ALLOC - 1) / keys) as u32;
-    let races = |s: u32| -> Result<usize, CellError> {
+    let races = |s: u32| -> Result<usize, BookError> {
         Ok(Captured::new(&cfg, s)?.check().races().count())
     };
     let segment = |s: u32| Request::new(keys * u64::from(s)).segment;
@@ -378,7 +376,7 @@ pub fn fp8_last_shared_segment(book: &Book) -> Result<u32, CellError> {
 /// fp8 transient is under [`MIN_LARGE_ALLOC`] and gets a [`LARGE_SEGMENT`] that the logits fit;
 /// a session more and it gets a segment of its own size. The sizes come from the fp8
 /// configuration and graphrace's allocator constants.
-pub fn fp8_segments_text(book: &Book) -> Result<Markdown, CellError> {
+pub fn fp8_segments_text(book: &Book) -> Result<Markdown, BookError> {
     let last = fp8_last_shared_segment(book)?;
     if incident_sessions(book)? <= last {
         return Err("the incident's load no longer gives fp8's transient its own segment".into());

@@ -7,11 +7,11 @@
 
 use std::ops::Range;
 
-use cell_output::CellError;
 use graphrace::pool::{Pool, Request};
 use graphrace::program::{Cost, TensorId};
 use graphrace::{Program, Stream, capture, check};
 
+use crate::BookError;
 use crate::bytes;
 
 /// One mebibyte, the unit the chapter's requests are sized in.
@@ -89,7 +89,7 @@ pub fn reuse_event(event: &str, block: Option<&Range<u64>>, pool: &Pool) -> [Str
 
 /// The races the check finds in the exercise's program once `fix` has added its line, where
 /// the exercise leaves room for it (after the side's read, before the free).
-pub fn exercise_races(fix: &dyn Fn(&mut Program, TensorId)) -> Result<usize, CellError> {
+pub fn exercise_races(fix: &dyn Fn(&mut Program, TensorId)) -> Result<usize, BookError> {
     let mut p = Program::new(1);
     let input = p.fixed("input", 4 * MIB);
     let t = p.alloc("transient", Stream::Main, 4 * MIB);

@@ -2,14 +2,15 @@
 //! concurrency and slowdown of the side's store, read with the type `graphrace-gpu` wrote it
 //! with ([`graphrace::arms`]): a field missing fails the read, naming the file and the field.
 
-use cell_output::{CellError, Markdown, Table};
+use cell_output::{Markdown, Table};
 use graphrace::arms::{ArmPoint, ArmsRecord};
 use graphrace::{Captured, Draw, Replayer, Timing, Workload};
 use highwater_plot::{Curve, RateChart};
 
 use super::static_check::{older_layout, on_transient};
+use crate::BookError;
 use crate::bytes;
-use crate::load::{Book, BookError, RESULTS};
+use crate::load::{Book, RESULTS};
 use crate::text::{distinct, listed};
 
 /// The GPU repro's record, under the book's root.
@@ -20,11 +21,6 @@ impl Book {
     pub fn graphrace_gpu(&self) -> Result<ArmsRecord, BookError> {
         self.json(format!("{RESULTS}/{GRAPHRACE_H200}"))
     }
-}
-
-/// [`Book::graphrace_gpu`] from the cells' directory.
-pub fn recorded() -> Result<ArmsRecord, BookError> {
-    Book::here().graphrace_gpu()
 }
 
 /// The overlap arm's points at the smallest slowdown, the configuration closest to the model.
@@ -79,7 +75,7 @@ pub fn provenance_table(run: &ArmsRecord) -> Table {
 /// Each arm of `ps` as the model captures its configuration at `sessions`: the store's
 /// stream, the tensors sharing bytes with `index_k`, and the static check's verdict. It shows
 /// why the arms differ before any GPU number does.
-pub fn arms_table(book: &Book, ps: &[ArmPoint], sessions: u32) -> Result<Table, CellError> {
+pub fn arms_table(book: &Book, ps: &[ArmPoint], sessions: u32) -> Result<Table, BookError> {
     let mut t = Table::new([
         "arm",
         "configuration",
@@ -91,11 +87,7 @@ pub fn arms_table(book: &Book, ps: &[ArmPoint], sessions: u32) -> Result<Table, 
         let c = Captured::new(&book.graphrace_config(&name)?, sessions)?;
         let g = &c.graph;
         let sharing = on_transient(g);
-        let store = g
-            .nodes
-            .iter()
-            .find(|n| n.kernel.name == "index_k_store")
-            .ok_or("no store")?;
+        let store = &g.nodes[g.node("index_k_store").ok_or("no store")?];
         let report = c.check();
         let races = report.races().count();
         t.push([
@@ -239,7 +231,7 @@ pub fn claims_verdict(ps: &[ArmPoint]) -> Markdown {
 /// Where the layout the GPU ran (the model's older allocator rules) differs from PyTorch's,
 /// point by point, with what was measured there. An error if the logits ever leave the
 /// transient between the two, since the verdicts rest on them lying on it.
-pub fn layout_note(book: &Book, ps: &[ArmPoint]) -> Result<Markdown, CellError> {
+pub fn layout_note(book: &Book, ps: &[ArmPoint]) -> Result<Markdown, BookError> {
     let mut moved = vec![];
     for s in distinct(ps.iter().map(|p| p.sessions)) {
         let mut arms = vec![];
@@ -287,7 +279,7 @@ pub fn layout_note(book: &Book, ps: &[ArmPoint]) -> Result<Markdown, CellError> 
 /// The overlap arm at the smallest slowdown beside the calibrated model's rate at the same
 /// concurrency and the incident's rate at 60 sessions: three rates that answer different
 /// questions, side by side.
-pub fn vs_model_table(book: &Book, ps: &[ArmPoint]) -> Result<Table, CellError> {
+pub fn vs_model_table(book: &Book, ps: &[ArmPoint]) -> Result<Table, BookError> {
     let seed = book.experiment("incident")?.rate;
     let cfg = book.graphrace_config("incident")?;
     let mut t = Table::new([
@@ -350,7 +342,7 @@ pub fn bytes_table(config: &graphrace::Config, sessions: u32) -> Table {
 /// Wall time per replay on the GPU at the smallest slowdown, per arm, beside the model's
 /// nominal step and margin (no jitter) for the incident's configuration: how far the GPU's
 /// replays are from the model's step.
-pub fn time_table(book: &Book, ps: &[ArmPoint]) -> Result<Table, CellError> {
+pub fn time_table(book: &Book, ps: &[ArmPoint]) -> Result<Table, BookError> {
     let still = Timing {
         jitter_sigma: 0.0,
         ..Timing::default()
@@ -375,13 +367,7 @@ pub fn time_table(book: &Book, ps: &[ArmPoint]) -> Result<Table, CellError> {
             trial: 0,
             replay: 0,
         });
-        let at = |name: &str| {
-            c.graph
-                .nodes
-                .iter()
-                .position(|n| n.kernel.name == name)
-                .map(|i| spans[i])
-        };
+        let at = |name: &str| c.graph.node(name).map(|i| spans[i]);
         let (store, head) = (
             at("index_k_store").ok_or("no store")?,
             at("lm_head").ok_or("no lm_head")?,

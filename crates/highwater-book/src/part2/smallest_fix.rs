@@ -1,8 +1,9 @@
 //! *The smallest fix, isolated* (`src/part-2/smallest-fix.md`): what its cells compute.
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use graphrace::{Captured, Config, Draw, Replayer, Timing, Workload};
 
+use crate::BookError;
 use crate::bytes;
 
 /// A switch as the tables write it.
@@ -14,7 +15,7 @@ pub fn on_off(b: bool) -> &'static str {
 /// clone), its rate at `sessions` (one of the swept counts), its worst rate over 6 to 72
 /// sessions in steps of 6, and the static check's races at `sessions`. Which switch clears the
 /// race is read off its rows.
-pub fn factorial_table(configs: &[Config], sessions: u32) -> Result<Table, CellError> {
+pub fn factorial_table(configs: &[Config], sessions: u32) -> Result<Table, BookError> {
     let at = format!("at {sessions} sessions");
     let races = format!("races at {sessions}");
     let mut t = Table::new([
@@ -60,7 +61,7 @@ pub fn factorial_table(configs: &[Config], sessions: u32) -> Result<Table, CellE
 /// What each named fix costs in the model at `sessions`: the sessions it corrupts, its mean
 /// replay time over the default workload's replays (the same dice for every configuration),
 /// and the graph pool's bytes. Serialising costs time, `record_stream` costs memory.
-pub fn fix_cost_table(fixes: &[(&str, Config)], sessions: u32) -> Result<Table, CellError> {
+pub fn fix_cost_table(fixes: &[(&str, Config)], sessions: u32) -> Result<Table, BookError> {
     let w = Workload::default();
     let mut t = Table::new([
         "configuration",

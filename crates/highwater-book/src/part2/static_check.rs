@@ -3,7 +3,7 @@
 
 use std::ops::RangeInclusive;
 
-use cell_output::{CellError, Markdown};
+use cell_output::Markdown;
 use graphrace::driver::{self, Comparison, DriverGraph, Witness};
 use graphrace::program::Op;
 use graphrace::suite::{Judged, SuiteRecord, Verdict};
@@ -11,6 +11,7 @@ use graphrace::{Captured, Config, Program, Stream, Timing, Workload};
 use highwater_plot::{Lane, Mark, Timeline};
 
 use crate::Book;
+use crate::BookError;
 use crate::bytes::show;
 use crate::text::listed;
 
@@ -24,7 +25,7 @@ pub struct Sweep {
 }
 
 /// The static check of `config`'s graph captured at every session count of `sessions`.
-pub fn sweep(config: &Config, sessions: RangeInclusive<u32>) -> Result<Sweep, CellError> {
+pub fn sweep(config: &Config, sessions: RangeInclusive<u32>) -> Result<Sweep, BookError> {
     sweep_each(config, sessions, |_, _| {})
 }
 
@@ -36,7 +37,7 @@ pub fn sweep_and_load_test(
     sessions: RangeInclusive<u32>,
     timing: Timing,
     workload: Workload,
-) -> Result<(Sweep, Vec<u32>), CellError> {
+) -> Result<(Sweep, Vec<u32>), BookError> {
     let mut corrupted = vec![];
     let check = sweep_each(config, sessions, |s, captured| {
         if captured.rate(timing, workload).corrupted > 0 {
@@ -51,7 +52,7 @@ fn sweep_each(
     config: &Config,
     sessions: RangeInclusive<u32>,
     mut each: impl FnMut(u32, &Captured),
-) -> Result<Sweep, CellError> {
+) -> Result<Sweep, BookError> {
     let mut out = Sweep::default();
     for s in sessions {
         let captured = Captured::new(config, s)?;
@@ -73,14 +74,11 @@ fn sweep_each(
 pub fn small_transient(
     config: &Config,
     sessions: RangeInclusive<u32>,
-) -> Result<Vec<u32>, CellError> {
+) -> Result<Vec<u32>, BookError> {
     let mut small = vec![];
     for s in sessions {
         let g = Captured::new(config, s)?.graph;
-        let at = |name: &str| {
-            let i = g.tensors.iter().position(|t| t.name == name)?;
-            g.placements[i].clone()
-        };
+        let at = |name: &str| g.placements[g.tensor(name)?.0].clone();
         let k = at("index_k").ok_or("index_k not placed")?;
         let attn = at("attn").ok_or("attn not placed")?;
         if k.range.end - k.range.start <= graphrace::pool::SMALL_LIMIT {
@@ -104,7 +102,7 @@ pub fn on_transient(graph: &graphrace::Graph) -> Vec<String> {
 
 /// `config`'s step at `sessions` captured under the allocator rules the GPU records were laid
 /// out by (every large segment rounded to 2 MiB; see `graphrace::pool::Rules`).
-pub fn older_layout(config: &Config, sessions: u32) -> Result<graphrace::Graph, CellError> {
+pub fn older_layout(config: &Config, sessions: u32) -> Result<graphrace::Graph, BookError> {
     let program = graphrace::decode_step(config, sessions);
     graphrace::capture::capture_with(&program, graphrace::pool::Rules::Rounded2MiB)
         .map_err(|e| e.to_string().into())
@@ -126,7 +124,7 @@ pub struct AgainstModel {
 
 /// The driver's graph `g` against the model's graph of `config` at `g`'s load: the order of
 /// their kernels, each graph's races, and whether the GPU placed the tensors as the model does.
-pub fn against_model(config: &Config, g: &DriverGraph) -> Result<AgainstModel, CellError> {
+pub fn against_model(config: &Config, g: &DriverGraph) -> Result<AgainstModel, BookError> {
     let model = Captured::new(config, g.sessions)?;
     Ok(AgainstModel {
         order: driver::compare(g, &model.graph),
@@ -173,7 +171,7 @@ pub fn driver_graph_row(g: &DriverGraph, a: &AgainstModel) -> [String; 8] {
 /// model's kernels in its order plus the replay counter, and where the layouts agree so do the
 /// races (an error says which graph breaks either); the graphs whose races moved with the
 /// allocator's rules are named.
-pub fn driver_graph_text(book: &Book) -> Result<Markdown, CellError> {
+pub fn driver_graph_text(book: &Book) -> Result<Markdown, BookError> {
     let dump = book.graph_dump(crate::load::GRAPH_DUMP)?;
     // What the sentences below say, checked on every graph.
     let mut moved = vec![];
@@ -220,7 +218,7 @@ pub fn witness_timeline(
     g: &DriverGraph,
     w: &Witness,
     program: &Program,
-) -> Result<Timeline, CellError> {
+) -> Result<Timeline, BookError> {
     let kernel = |node: usize| match g.nodes[node].host_op.and_then(|op| program.ops.get(op)) {
         Some(Op::Launch(k)) => Some((k.name.clone(), k.stream)),
         _ => None,
@@ -297,7 +295,7 @@ pub fn suite_row(j: &Judged) -> [String; 8] {
 /// The paragraph under the confusion table: how the suite was replayed, which variants the
 /// check called clean yet the GPU corrupted, and how the margin's sign splits the flagged ones
 /// (the range of margins and of replays corrupted on each side).
-pub fn suite_text(book: &Book) -> Result<Markdown, CellError> {
+pub fn suite_text(book: &Book) -> Result<Markdown, BookError> {
     let judged = book.judged_suite()?;
     let record: SuiteRecord = book.json(crate::load::SUITE_RESULTS[0])?;
     let of = |v: Verdict| -> Vec<&Judged> { judged.iter().filter(|j| j.verdict == v).collect() };
@@ -364,10 +362,10 @@ pub const PROPERTY_TESTS: &str = "crates/graphrace/tests/graphrace.rs";
 /// The two properties the check is tested for, as a Markdown list whose parameters (the
 /// jitter, as a multiple of the calibrated one; the range of sessions) are read from the
 /// tests' own source, [`PROPERTY_TESTS`], so the text cannot drift from what is tested.
-pub fn trust_text(book: &Book) -> Result<Markdown, CellError> {
+pub fn trust_text(book: &Book) -> Result<Markdown, BookError> {
     let src = book.read(PROPERTY_TESTS)?;
     // The number written after `key`, in the first item after `from`.
-    let after = |from: &str, key: &str| -> Result<String, CellError> {
+    let after = |from: &str, key: &str| -> Result<String, BookError> {
         let rest = &src[src.find(from).ok_or(format!("no `{from}` in the tests"))?..];
         let rest = &rest[rest.find(key).ok_or(format!("no `{key}` after `{from}`"))? + key.len()..];
         Ok(rest
@@ -376,19 +374,22 @@ pub fn trust_text(book: &Book) -> Result<Markdown, CellError> {
             .take_while(|c| c.is_ascii_digit() || *c == '.')
             .collect())
     };
-    let wild: f64 = after("const WILD", "jitter_sigma:")?.trim().parse()?;
+    fn number<T: std::str::FromStr<Err: std::fmt::Display>>(text: &str) -> Result<T, BookError> {
+        text.trim().parse().map_err(|e| BookError::Parse {
+            path: PROPERTY_TESTS.into(),
+            reason: format!("`{text}`: {e}"),
+        })
+    }
+    let wild: f64 = number(&after("const WILD", "jitter_sigma:")?)?;
     let times = wild / Timing::default().jitter_sigma;
     let times = if (times - times.round()).abs() < 1e-9 {
         format!("{times:.0}")
     } else {
         format!("{times:.1}")
     };
-    let from: u32 = after(
-        "fn the_fixes_are_never_flagged_and_never_corrupt",
-        "sessions in ",
-    )?
-    .parse()?;
-    let until: u32 = after("fn the_fixes_are_never_flagged_and_never_corrupt", "u32..")?.parse()?;
+    let fixes = "fn the_fixes_are_never_flagged_and_never_corrupt";
+    let from: u32 = number(&after(fixes, "sessions in ")?)?;
+    let until: u32 = number(&after(fixes, "u32..")?)?;
     Ok(Markdown(format!(
         "- **Every collision was flagged.** Whatever pair collides in any replay, under a jitter \
            {times} times the calibrated one, the check reported it without replaying.\n\

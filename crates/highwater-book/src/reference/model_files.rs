@@ -4,12 +4,13 @@
 //! `highwater::limits`, and its errors are the parser's, run on broken copies of a bundled file:
 //! the page cannot drift from the code.
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use highwater::limits::{
     Limit, MAX_DRY_STEPS, MAX_RECIPE_BYTES, MAX_SEARCH_BATCH, MAX_TENSOR_BYTES,
 };
 use highwater::network::{Allowed, FAMILY_DOCS, Key, Network, Written, keys_of};
 
+use crate::BookError;
 use crate::{Book, bytes};
 
 /// The values a key accepts, as the tables write them.
@@ -36,7 +37,7 @@ pub fn written(key: &Key) -> String {
 
 /// The families: each table's name, what it builds of burn's modules and what its `batch`
 /// counts; each has a bundled file, `repro/models/TABLE.toml` (checked to be there).
-pub fn families_table(book: &Book) -> Result<Table, CellError> {
+pub fn families_table(book: &Book) -> Result<Table, BookError> {
     // The name as plain text: a browser may break code anywhere, and gave the name's column
     // so little room that `[decoder]` broke mid-word.
     let mut t = Table::new(["table", "the model, in burn's modules; what a batch counts"]);
@@ -56,7 +57,7 @@ pub fn families_table(book: &Book) -> Result<Table, CellError> {
 /// Every key of the architecture tables under a row naming its table (families with the same
 /// keys share rows): the key, what it counts, what it may be and what it builds. Every one is
 /// required.
-pub fn keys_table() -> Result<Table, CellError> {
+pub fn keys_table() -> Result<Table, BookError> {
     let mut t = Table::new(["key", "unit", "allowed", "sets"]);
     // Families whose keys are the same but for their table's name share one group of rows.
     let mut groups: Vec<(Vec<&str>, Vec<&Key>)> = Vec::new();
@@ -167,7 +168,7 @@ pub enum Mistake {
 
 impl Mistake {
     /// `text` with the mistake made; an error when the line is not in it.
-    pub fn make(self, text: &str) -> Result<String, CellError> {
+    pub fn make(self, text: &str) -> Result<String, BookError> {
         let (line, to) = match self {
             Mistake::Rewrite(line, to) => (line, Some(to)),
             Mistake::Omit(line) => (line, None),
@@ -210,7 +211,7 @@ pub const MISTAKES: [Mistake; 7] = [
 
 /// Each of [`MISTAKES`] made in `repro/models/vit.toml` and the parser's error for it, as
 /// `highwater fit` prints it under `caused by:`. Fails if a mistake is accepted.
-pub fn mistakes_table(book: &Book) -> Result<Table, CellError> {
+pub fn mistakes_table(book: &Book) -> Result<Table, BookError> {
     let text = book.read("repro/models/vit.toml")?;
     let mut t = Table::new(["the mistake", "the error"]);
     for m in MISTAKES {

@@ -2,9 +2,10 @@
 //! the H200 runs forced on the simulator, with the figures that justified it read from the
 //! records, so the page cannot drift from them.
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use highwater::conform::{RerunRecord, conform};
 
+use crate::BookError;
 use crate::{Book, bytes};
 
 /// The figures behind the corrections table, each read from the H200's records.
@@ -33,9 +34,9 @@ pub struct Corrections {
 impl Corrections {
     /// Reads the figures from the GPU records and the simulator's conformance over them; fails
     /// (as the table's claim would) if the warm autotune run is not simulated exactly.
-    pub fn of(book: &Book) -> Result<Corrections, CellError> {
+    pub fn of(book: &Book) -> Result<Corrections, BookError> {
         let runs = book.rerun_records()?;
-        let record = |name: &str| -> Result<&RerunRecord, CellError> {
+        let record = |name: &str| -> Result<&RerunRecord, BookError> {
             Ok(&runs
                 .iter()
                 .find(|(n, _)| n == name)
@@ -71,7 +72,7 @@ impl Corrections {
             );
         }
         // 5. A cold autotune cache: what the first run reserves beyond a warm one.
-        let at = |cache: &str| -> Result<(u64, u64), CellError> {
+        let at = |cache: &str| -> Result<(u64, u64), BookError> {
             let r = book.rerun_record(format!(
                 "repro/results/autotune/{cache}/rerun-wave-stack-silu-cube-none.json"
             ))?;
@@ -183,7 +184,7 @@ impl Corrections {
 }
 
 /// The page's corrections table, read from the records (see [`Corrections`]).
-pub fn corrections_table(book: &Book) -> Result<Table, CellError> {
+pub fn corrections_table(book: &Book) -> Result<Table, BookError> {
     Ok(Corrections::of(book)?.table())
 }
 

@@ -241,7 +241,7 @@ impl Gpu {
         let (replay_bad, racing) = (dptr(&b.replay_bad, &self.main), dptr(&b.racing, &self.main));
         let copies = ["index_k_cache", "topk"]
             .into_iter()
-            .filter_map(|name| program.tensors.iter().position(|t| t.name == name));
+            .filter_map(|name| program.tensor(name).map(|t| t.0));
         for copy in copies {
             let (ptr, words) = (b.ptr[&copy], (program.tensors[copy].row_bytes / 4) as u32);
             unsafe {
@@ -284,13 +284,9 @@ fn measure_clock(stream: &Arc<CudaStream>, spin: &CudaFunction) -> Result<f64> {
 }
 
 fn tensor(program: &Program, name: &str) -> TensorId {
-    TensorId(
-        program
-            .tensors
-            .iter()
-            .position(|t| t.name == name)
-            .expect("the decode step names its tensors"),
-    )
+    program
+        .tensor(name)
+        .expect("the decode step names its tensors")
 }
 
 pub(crate) fn run_arm(

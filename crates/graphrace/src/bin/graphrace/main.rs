@@ -22,7 +22,7 @@
 //! A configuration file that cannot be used exits with status 1 and names the file, the line
 //! and the reason; usage errors exit with clap's status 2.
 
-use std::io::{ErrorKind, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -109,23 +109,5 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        // `graphrace … | head`: the reader left; not an error.
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
-    })
+    basics::cli::exit_code(run(Cli::parse()))
 }

@@ -4,13 +4,14 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use dryrun::DryDevice;
 use highwater::conform::{MeasuredStep, RerunRecord};
 use highwater::recipe::written_name;
 use highwater::{Backend as LedgerBackend, Checkpointing, DType, Graph, TensorId};
 
 use super::HeldOut;
+use crate::BookError;
 use crate::bytes;
 use crate::load::{Book, RESULTS};
 
@@ -78,7 +79,7 @@ pub fn held_out_table(checks: &[HeldOut]) -> Table {
 /// profile's: GPU, checksum (which keys the autotune cache), every property's Debug text, the
 /// largest pool page. Panics unless the derived properties are the recorded ones, as the
 /// chapter says.
-pub fn device_table(book: &Book) -> Result<Table, CellError> {
+pub fn device_table(book: &Book) -> Result<Table, BookError> {
     let card = book.h200_card()?;
     let derived = card.device_properties();
     assert_eq!(
@@ -120,7 +121,7 @@ pub fn device_table(book: &Book) -> Result<Table, CellError> {
 /// replayed dry: figures differing, and bytes reserved at the last step on the GPU, in the
 /// simulator and dry. Panics unless they are the two Balanced runs on burn-fusion and the dry
 /// run lands on both to the byte, tuning nothing.
-pub fn misses_table(book: &Book) -> Result<Table, CellError> {
+pub fn misses_table(book: &Book) -> Result<Table, BookError> {
     let known = book.known_misses()?;
     assert!(
         known.len() == 2 && known.iter().all(|k| k.run.ends_with("-fusion-balanced")),
@@ -164,7 +165,7 @@ pub fn misses_table(book: &Book) -> Result<Table, CellError> {
 /// The one configuration whose H200 runs differ: how many configurations were recorded, how
 /// many runs of each, and which differ in bytes reserved at any step. Panics unless that is
 /// the capped fused SiTU arm alone, each recorded three times, as the chapter says.
-pub fn repeats_summary(book: &Book) -> Result<String, CellError> {
+pub fn repeats_summary(book: &Book) -> Result<String, BookError> {
     let records = book.rerun_records()?;
     let (mut varied, gpu_runs) = (vec![], 3);
     for (name, record) in &records {
@@ -195,7 +196,7 @@ pub const SPREAD_RUN: &str = "rerun-situ-fused-situ-fused-cube-none-cap14.75GiB"
 /// (the extra page's arrival); with the GPU's own spread on the run, in bytes. Panics unless
 /// the dry run lies within that spread, the spread is one `gate_up` weight, and the page
 /// arrives in two of the three GPU runs.
-pub fn spread_table(book: &Book) -> Result<(Table, u64), CellError> {
+pub fn spread_table(book: &Book) -> Result<(Table, u64), BookError> {
     let name = SPREAD_RUN;
     // One read of the record and its repeats, for the replay and for the spread.
     let (record, repeats) = book.rerun_with_repeats(name)?;
@@ -265,7 +266,7 @@ pub fn spread_table(book: &Book) -> Result<(Table, u64), CellError> {
 /// that step, how many of the first agree in size and order, their size. Panics unless both
 /// die at the same step and phase, the first five or more refusals agree, and the GPU refuses
 /// more.
-pub fn death_table(book: &Book) -> Result<Table, CellError> {
+pub fn death_table(book: &Book) -> Result<Table, BookError> {
     let name = "rerun-situ-situ-tensor-cube-none-cap14.75GiB";
     let (record, outcome, e) = book.replay(name)?;
     let gpu = record.died.as_ref().ok_or("the GPU run died")?;
@@ -353,7 +354,7 @@ pub fn ledger_against_dry(
 /// differing. Panics unless both land to the byte, and the kernels the dry device tuned for
 /// itself are all other than the H200's: tensor-core matmuls without TMA (the H200 took TMA
 /// ones) and unit reductions.
-pub fn autotune_table(book: &Book) -> Result<Table, CellError> {
+pub fn autotune_table(book: &Book) -> Result<Table, BookError> {
     let gpu_cache = book.h200_autotune();
     let gpu_cache = gpu_cache.as_path();
     let mut t = Table::new([

@@ -1,12 +1,13 @@
 //! *The verdict*'s four ways of counting one surplus: what the SiTU tensor path keeps alive
 //! until backward beyond the silu control and beyond the fused kernel, per training step.
 
-use cell_output::{CellError, Table};
+use cell_output::Table;
 use highwater::recipe::written_name;
 use highwater::{Activation, Backend, Checkpointing, Recipe, ffn};
 
+use crate::BookError;
 use crate::bytes::signed;
-use crate::load::{Book, BookError, RESULTS};
+use crate::load::{Book, RESULTS};
 use crate::part1::fix_and_gate::{BENCH, bench_record};
 
 /// The tensor path's surplus, in bytes per step (negative: it keeps less).
@@ -91,7 +92,7 @@ impl Book {
 /// H200's wave stack, the fix's benchmark): what each counts, over the control and over the
 /// fused kernel. Asserts what the text says: on CubeBackend the H200 measures the ledger's
 /// difference to the fused kernel exactly.
-pub fn surplus_table(book: &Book) -> Result<Table, CellError> {
+pub fn surplus_table(book: &Book) -> Result<Table, BookError> {
     let base = book.recipe("small")?;
     let mut t = Table::new([
         "source",

@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use cell_output::{CellError, Markdown, Table};
+use cell_output::{Markdown, Table};
 use dryrun::Atlas;
 use highwater::conform::NetworkRecord;
 use situ::band::{Agreement, Band, BandCheck, ColdBand, replay_band, replay_cold};
 
+use crate::BookError;
 use crate::bytes;
 use crate::load::{Book, H200_ATLAS, MODELS, SWEEP};
 
@@ -39,7 +40,7 @@ impl Book {
     /// the H200's atlas less the problems its own cold run tuned. Kept for the process: the
     /// book's cells run in one, and three of them ask for the same model (the held-out table,
     /// the band's table and its sentence), each prediction several seconds of dry runs.
-    pub fn from_atlas(&self, name: &str) -> Result<Arc<FromAtlas>, CellError> {
+    pub fn from_atlas(&self, name: &str) -> Result<Arc<FromAtlas>, BookError> {
         static DONE: Mutex<BTreeMap<(PathBuf, String), Arc<FromAtlas>>> =
             Mutex::new(BTreeMap::new());
         let key = (self.path(""), name.to_string());
@@ -51,7 +52,7 @@ impl Book {
         Ok(Arc::clone(done.entry(key).or_insert(predicted)))
     }
 
-    fn predict_from_atlas(&self, name: &str) -> Result<FromAtlas, CellError> {
+    fn predict_from_atlas(&self, name: &str) -> Result<FromAtlas, BookError> {
         let (warm, repeats) = self.with_repeats_in::<NetworkRecord>(MODELS, name)?;
         let cold: NetworkRecord = self.json(format!("{MODELS}/cold/{name}.json"))?;
         let own_dir = format!("{MODELS}/autotune/{}", warm.network()?.cache_name());
@@ -171,7 +172,7 @@ pub struct RecordedModel {
 
 impl Book {
     /// Every model recorded in [`MODELS`], in name order.
-    pub fn recorded_models(&self) -> Result<Vec<RecordedModel>, CellError> {
+    pub fn recorded_models(&self) -> Result<Vec<RecordedModel>, BookError> {
         let mut models = Vec::new();
         for path in self.files(MODELS, "json")? {
             let record: NetworkRecord = crate::load::json_at(&path)?;
@@ -194,7 +195,7 @@ impl Book {
     /// Each recorded model trained dry with only the committed cache of the wave and the
     /// decoder (`repro/cards/h200-autotune`), as a new user's model is: its last step's bytes
     /// reserved against the warm and the cold GPU runs, and how many problems were tuned dry.
-    pub fn committed_cache_alone(&self) -> Result<Table, CellError> {
+    pub fn committed_cache_alone(&self) -> Result<Table, BookError> {
         let card = self.h200_card()?;
         let committed = self.h200_autotune();
         let mut t = Table::new([
@@ -226,7 +227,7 @@ impl Book {
     }
 
     /// Per recorded model: its first run's bytes reserved at the last step over its warm run's.
-    pub fn first_run_ratios(&self) -> Result<Vec<(String, f64)>, CellError> {
+    pub fn first_run_ratios(&self) -> Result<Vec<(String, f64)>, BookError> {
         let last = |r: &NetworkRecord| r.steps.last().map_or(0, |s| s.reserved) as f64;
         let mut ratios = Vec::new();
         for m in self.recorded_models()? {
@@ -238,7 +239,7 @@ impl Book {
 
     /// The atlas's coverage of each recorded model (how many of the problems its cold run tuned
     /// the atlas's other sources hold) and the miss policy's accuracy, each problem left out.
-    pub fn atlas_coverage(&self) -> Result<(Table, (usize, usize)), CellError> {
+    pub fn atlas_coverage(&self) -> Result<(Table, (usize, usize)), BookError> {
         let mut t = Table::new([
             "model",
             "problems it tuned",
@@ -248,7 +249,7 @@ impl Book {
             .atlas_sources()?
             .into_iter()
             .map(|dir| Ok((Atlas::read(&dir)?, dir)))
-            .collect::<Result<Vec<_>, CellError>>()?;
+            .collect::<Result<Vec<_>, BookError>>()?;
         for m in self.recorded_models()? {
             let own_dir = self.path(format!("{MODELS}/autotune/{}", m.own));
             let own = Atlas::read(&own_dir)?;
@@ -271,7 +272,7 @@ impl Book {
 
     /// The card against itself: problems more than one of the atlas's sources tuned, and how
     /// many of them different kernels won ([`dryrun::atlas::retuned`]).
-    pub fn atlas_retuned(&self) -> Result<dryrun::atlas::Retuned, CellError> {
+    pub fn atlas_retuned(&self) -> Result<dryrun::atlas::Retuned, BookError> {
         let sources = self
             .atlas_sources()?
             .iter()
@@ -282,11 +283,11 @@ impl Book {
 
     /// The caches the H200's atlas merges (`scripts/regenerate-gpu`): the wave's and the
     /// decoder's, each recorded model's, each line of the sweep's.
-    pub fn atlas_sources(&self) -> Result<Vec<std::path::PathBuf>, CellError> {
+    pub fn atlas_sources(&self) -> Result<Vec<std::path::PathBuf>, BookError> {
         let mut dirs = vec![self.h200_autotune()];
         for under in [format!("{MODELS}/autotune"), SWEEP.to_string()] {
             let mut found: Vec<_> = std::fs::read_dir(self.path(&under))
-                .map_err(|e| CellError::from(format!("{under}: {e}")))?
+                .map_err(|e| BookError::from(format!("{under}: {e}")))?
                 .filter_map(|e| Some(e.ok()?.path()))
                 .filter(|p| p.is_dir())
                 .collect();

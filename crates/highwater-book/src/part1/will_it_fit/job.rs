@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use cell_output::{CellError, Markdown, Table};
+use cell_output::{Markdown, Table};
 use dryrun::{Atlas, CardProfile, OnRefusal, TieBreak};
 use highwater::network::{Arch, Network};
 use highwater::recipe::{Checkpointing, written_name};
 use situ::band::dry_band;
 use situ::dry::{BatchSearch, DryOutcome, DryPlan, dry_network, largest_batch};
 
+use crate::BookError;
 use crate::bytes;
 use crate::load::{Book, H200_ATLAS};
 
@@ -27,7 +28,7 @@ pub struct Job {
 
 impl Book {
     /// `repro/models/MODEL.toml` on the H200's chip with `card_bytes` of memory.
-    pub fn job(&self, model: &str, card_bytes: u64) -> Result<Job, CellError> {
+    pub fn job(&self, model: &str, card_bytes: u64) -> Result<Job, BookError> {
         let path = format!("repro/models/{model}.toml");
         let network = Network::parse(&path, &self.read(&path)?)?;
         Ok(Job {
@@ -49,7 +50,7 @@ impl Job {
     }
 
     /// The job at another batch and checkpointing.
-    pub fn at(&self, batch: u64, checkpointing: Checkpointing) -> Result<Network, CellError> {
+    pub fn at(&self, batch: u64, checkpointing: Checkpointing) -> Result<Network, BookError> {
         let mut network = self.network.with_batch(batch)?;
         network.checkpointing = checkpointing;
         Ok(network)
@@ -58,7 +59,7 @@ impl Job {
     /// `network` trained dry: `fit`'s prediction. With [`OnRefusal::Grant`] a page the card
     /// would refuse is granted, so that the run says what it needs; its `died` still says
     /// where the card would have stopped it.
-    pub fn run(&self, network: &Network, on_refusal: OnRefusal) -> Result<DryOutcome, CellError> {
+    pub fn run(&self, network: &Network, on_refusal: OnRefusal) -> Result<DryOutcome, BookError> {
         let plan = DryPlan {
             steps: Self::STEPS,
             seed: 1,
@@ -82,7 +83,7 @@ impl Job {
         &self,
         checkpointing: Checkpointing,
         limit: u64,
-    ) -> Result<BatchSearch, CellError> {
+    ) -> Result<BatchSearch, BookError> {
         largest_batch(limit, |batch| {
             self.run(&self.at(batch, checkpointing)?, OnRefusal::Refuse)
         })
@@ -92,7 +93,7 @@ impl Job {
 /// Where a run of `network` died, as the question a reader asks of a log and the dry run's
 /// answer: the step and phase, the reservation the card refused a page for (as a shape, where
 /// it divides into the step's positions of 4-byte elements), what the pools held, burn's error.
-pub fn death(network: &Network, outcome: &DryOutcome) -> Result<Table, CellError> {
+pub fn death(network: &Network, outcome: &DryOutcome) -> Result<Table, BookError> {
     let d = outcome.died.as_ref().ok_or("the run did not die")?;
     let first = outcome
         .refused
@@ -141,7 +142,7 @@ pub fn death(network: &Network, outcome: &DryOutcome) -> Result<Table, CellError
 /// died in its first step; the reservation, not the page, is the tensor; it divides into the
 /// step's positions of 4-byte elements as the vocabulary padded by under 1 %; the death came out
 /// of the matmul autotuner.
-pub fn death_reading(network: &Network, outcome: &DryOutcome) -> Result<Markdown, CellError> {
+pub fn death_reading(network: &Network, outcome: &DryOutcome) -> Result<Markdown, BookError> {
     let d = outcome.died.as_ref().ok_or("the run did not die")?;
     if d.step != 1 {
         return Err(format!("the run died in step {}: it fitted once", d.step).into());
@@ -206,7 +207,7 @@ pub fn by_phase(capacity: u64, runs: &[(String, DryOutcome)]) -> Table {
 
 /// The tensors of a transformer (`[decoder]` or `[encoder]`) whose bytes grow with the batch,
 /// per sequence, and those that do not: shapes times four bytes (f32), whatever the framework.
-pub fn transformer_tensors(network: &Network) -> Result<Table, CellError> {
+pub fn transformer_tensors(network: &Network) -> Result<Table, BookError> {
     let (Arch::Decoder(s) | Arch::Encoder(s)) = &network.arch else {
         return Err(format!("{} is not a transformer", network.arch.family()).into());
     };
