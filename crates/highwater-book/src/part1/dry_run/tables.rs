@@ -306,7 +306,7 @@ pub fn death_table(book: &Book) -> Result<Table, BookError> {
 }
 
 /// `x` [64, 32] and `w` [32, 128], random leaves that require grad: the inputs of the
-/// chapter's small program for [`forward_peak`](super::forward_peak), on a dry device.
+/// chapter's small program for [`forward_peak`](crate::Book::forward_peak), on a dry device.
 pub fn leaves<B: Backend<Device = DryDevice>>(device: &DryDevice) -> [Tensor<B, 2>; 2] {
     [[64usize, 32], [32, 128]]
         .map(|shape| Tensor::random(shape, Distribution::Default, device).require_grad())
