@@ -26,7 +26,8 @@ pub struct Config {
     /// Unset: strict builds lint, others do not.
     #[serde(default)]
     pub lint: Option<bool>,
-    /// Seconds a cell may run before it is killed.
+    /// Seconds of work a cell may do before it is killed (its CPU time, or its wall time when
+    /// less); a cell that uses almost no CPU for this long of wall time is killed as stalled.
     #[serde(default = "default_timeout")]
     pub timeout: u64,
     /// Bytes of printed output or value kept per cell; the rest is cut with a note.

@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 use crate::outcome::{FailureKind, Outcome, Stored};
 use crate::types::MAX_TIMEOUT_S;
 
+mod clock;
+
+use clock::{CellClock, Verdict};
+
 /// One cell to run.
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
@@ -45,8 +49,8 @@ pub(crate) enum End {
     },
     /// It panicked with this message.
     Panicked(String),
-    /// It was killed at its timeout.
-    TimedOut(Duration),
+    /// It was killed at its timeout: it used that much CPU time, or none for that long.
+    TimedOut(Duration, Verdict),
     /// The process died while the cell ran.
     Died(String),
     /// The cell's value (markup) is over the output limit.
@@ -65,9 +69,19 @@ impl Ran {
                 )
             }),
             End::Panicked(msg) => Outcome::failed(FailureKind::Panic, map_panic(&msg)),
-            End::TimedOut(t) => Outcome::failed(
+            End::TimedOut(t, verdict) => Outcome::failed(
                 FailureKind::Timeout,
-                format!("killed after {} s (the cell's timeout)", t.as_secs()),
+                match verdict {
+                    Verdict::Stalled => format!(
+                        "killed: it used almost no CPU for {} s (the cell's timeout); is it \
+                         waiting on something that never comes?",
+                        t.as_secs()
+                    ),
+                    _ => format!(
+                        "killed after {} s of CPU time (the cell's timeout)",
+                        t.as_secs()
+                    ),
+                },
             ),
             End::Died(why) => Outcome::failed(FailureKind::Died, why),
             End::TooLarge(why) => Outcome::failed(FailureKind::TooLarge, why),
@@ -155,7 +169,10 @@ pub(crate) fn run_all(
             let started = wait_for(&lines, &format!("start {}", job.module), START_GRACE);
             let clock = Instant::now();
             let end = match started {
-                Wait::Seen => wait_for(&lines, &format!("end {}", job.module), job.timeout),
+                Wait::Seen => {
+                    let mut cell = CellClock::start(child.id(), job.timeout);
+                    wait_for_end(&lines, &format!("end {}", job.module), &mut cell)
+                }
                 other => other,
             };
             let files = Files::new(results, &job.module, output_limit, clock.elapsed());
@@ -166,9 +183,10 @@ pub(crate) fn run_all(
                     // Only now may the next cell start: its files are collected.
                     let _ = writeln!(go_on, "next");
                 }
-                Wait::Timeout => {
+                Wait::Timeout(verdict) => {
                     end_group(&mut child);
-                    done.push((job.module.clone(), files.ended(End::TimedOut(job.timeout))));
+                    let end = End::TimedOut(job.timeout, verdict);
+                    done.push((job.module.clone(), files.ended(end)));
                     finished += 1;
                     break;
                 }
@@ -210,10 +228,11 @@ fn end_group(child: &mut Child) {
 
 enum Wait {
     Seen,
-    Timeout,
+    Timeout(Verdict),
     Closed,
 }
 
+/// Waits on the wall clock, for what takes no work of the cell's (the harness starting it).
 fn wait_for(lines: &Receiver<String>, expected: &str, timeout: Duration) -> Wait {
     let deadline = Instant::now() + timeout.min(Duration::from_secs(MAX_TIMEOUT_S));
     loop {
@@ -221,7 +240,25 @@ fn wait_for(lines: &Receiver<String>, expected: &str, timeout: Duration) -> Wait
         match lines.recv_timeout(left) {
             Ok(line) if line == expected => return Wait::Seen,
             Ok(_) => continue,
-            Err(RecvTimeoutError::Timeout) => return Wait::Timeout,
+            Err(RecvTimeoutError::Timeout) => return Wait::Timeout(Verdict::Overran),
+            Err(RecvTimeoutError::Disconnected) => return Wait::Closed,
+        }
+    }
+}
+
+/// How often a running cell's clock is read.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// Waits for a cell to end, on its clock (see [`clock`]): a busy machine does not time it out.
+fn wait_for_end(lines: &Receiver<String>, expected: &str, cell: &mut CellClock) -> Wait {
+    loop {
+        match lines.recv_timeout(CHECK_EVERY) {
+            Ok(line) if line == expected => return Wait::Seen,
+            Ok(_) => continue,
+            Err(RecvTimeoutError::Timeout) => match cell.check() {
+                Verdict::Running => continue,
+                verdict => return Wait::Timeout(verdict),
+            },
             Err(RecvTimeoutError::Disconnected) => return Wait::Closed,
         }
     }

@@ -57,7 +57,7 @@ pub struct CellOptions {
     pub caption: Option<String>,
     /// `fig-…` (numbered "Figure N") or `tbl-…` (numbered "Table N").
     pub id: Option<String>,
-    /// Seconds; the book's default when absent.
+    /// Seconds of work (see `config::Config::timeout`); the book's default when absent.
     pub timeout: Option<u64>,
     /// The cell's failure is its content: it must fail, and its error is shown.
     pub expect_fail: bool,

@@ -156,10 +156,11 @@ fn broken_cells_fail_in_place_and_the_rest_renders() {
             "src/broken.md:8: cell failed: compile error: error[E0308]: mismatched types",
             "src/broken.md:12: cell failed: bad cell options: line 13: unknown option `hide-cod`; did you mean `hide-code`?",
             "src/broken.md:19: cell failed: panicked: index out of bounds: the len is 2 but the index is 7 at src/broken.md:19",
-            "src/broken.md:22: cell failed: timed out: killed after 1 s (the cell's timeout)",
-            "src/broken.md:29: cell failed: the cell process died: the cell process was killed by signal 6",
-            "src/broken.md:33: cell failed: expected a failure: this cell is marked `expect-fail` but it succeeded",
-            "src/broken.md:38: cell failed: reference to unknown id `@fig-missing`",
+            "src/broken.md:22: cell failed: timed out: killed after 1 s of CPU time (the cell's timeout)",
+            "src/broken.md:29: cell failed: timed out: killed: it used almost no CPU for 1 s (the cell's timeout); is it waiting on something that never comes?",
+            "src/broken.md:34: cell failed: the cell process died: the cell process was killed by signal 6",
+            "src/broken.md:38: cell failed: expected a failure: this cell is marked `expect-fail` but it succeeded",
+            "src/broken.md:43: cell failed: reference to unknown id `@fig-missing`",
         ]
     );
     let page = &docs[0].content;

@@ -44,7 +44,7 @@ pub(crate) fn settle_store(
             StoreNote::Served { missing }
         }
         StoreMode::Verify => {
-            let layout = layout(&stored_chapters(docs, plan, got, None));
+            let layout = verified_layout(docs, plan, got);
             verify(plan, &opened, got, &mut held);
             for (file, why) in opened.misfiled(root, dir, &layout) {
                 held.problems.push(Problem {
@@ -100,13 +100,21 @@ fn verify(plan: &Plan, store: &Store, got: &HashMap<String, Got>, held: &mut Sto
     }
 }
 
-/// Each chapter's cells as the store would file them (by name and key, in page order).
-fn layout(chapters: &[(String, Vec<store::Entry>)]) -> Vec<Layout> {
-    (chapters.iter())
-        .map(|(chapter, entries)| Layout {
+/// Each chapter's cells as the store should file them, verifying: a cell that failed where it
+/// should not counts as filed (its failure is a problem of its own, not a stale entry).
+fn verified_layout(docs: &[Document], plan: &Plan, got: &HashMap<String, Got>) -> Vec<Layout> {
+    let failed = |f: &PlannedCell| {
+        (got.get(&f.module)).is_some_and(|g| {
+            !worth_keeping(plan, f, &g.stored) && !plan.block(f).options.expect_fail
+        })
+    };
+    let stored = stored_chapters(docs, plan, got, None);
+    (stored.iter().enumerate())
+        .map(|(d, (chapter, entries))| Layout {
             chapter: chapter.clone(),
-            cells: (entries.iter())
-                .map(|e| (e.cell.clone(), e.key.clone()))
+            cells: (plan.cells.iter().filter(|f| f.doc == d))
+                .filter(|f| entries.iter().any(|e| e.cell == f.store_name) || failed(f))
+                .filter_map(|f| Some((f.store_name.clone(), f.key.clone()?)))
                 .collect(),
         })
         .collect()

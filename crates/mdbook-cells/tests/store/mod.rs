@@ -217,6 +217,30 @@ fn verifying_holds_the_store_to_fresh_outputs_and_a_refresh_mends_it() {
     assert!(problems(&report)[0].contains("outputs/notes.json:0: cell failed: not a store file"));
 }
 
+/// A cell that fails when verified (a timeout on a busy machine, a file gone) is one problem,
+/// at its own line: its stored entry is not also reported stale.
+#[test]
+fn a_cell_that_fails_verifying_is_one_problem_not_also_a_stale_entry() {
+    let book = scratch_book("store-verify-failed");
+    let root = book.path();
+    let chapter = "# Stored\n\n```cell\nstd::fs::read_to_string(\"undeclared.txt\")?\n```\n\n\
+                   ```cell\n\"after\".to_string()\n```\n";
+    std::fs::write(root.join("undeclared.txt"), "first").unwrap();
+    let (_, report) = build(root, chapter, StoreMode::Refresh, false);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+
+    std::fs::remove_file(root.join("undeclared.txt")).unwrap();
+    let (page, report) = build(root, chapter, StoreMode::Verify, true);
+    let found = problems(&report);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with("src/stored.md:3: cell failed:"),
+        "{}",
+        found[0]
+    );
+    assert!(page.contains("after"), "{page}");
+}
+
 /// A cell's timeout rests on the run that computed its stored output: five times that, when
 /// it is longer than the cell's own.
 #[test]
