@@ -1,5 +1,8 @@
-//! Running the compiled cells: one child process for all of them, restarted after a cell that
-//! hangs (killed at its timeout) or takes the process down (abort, stack overflow, signal).
+//! Running the compiled cells: a child process for each, so that a cell finds the process as
+//! every other cell does (no threads, statics or devices left by the cells before it), and one
+//! that hangs (killed at its timeout) or takes the process down (abort, stack overflow, signal)
+//! takes only itself. CubeCL's device threads poll forever: one process for the whole book ran
+//! with 160 of them idling by the end of *Apply it*, which slowed every cell after them.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -106,14 +109,26 @@ pub(crate) fn run_all(
     output_limit: usize,
 ) -> std::io::Result<Vec<(String, Ran)>> {
     std::fs::create_dir_all(results)?;
+    // Every cell's process starts from this open file, so that a cell that deletes the binary
+    // (or the whole cache) harms only itself.
+    let image = std::fs::File::open(binary);
+    let program = match &image {
+        Ok(file) if Path::new("/proc/self/fd").is_dir() => {
+            use std::os::fd::AsRawFd;
+            PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        }
+        _ => binary.to_path_buf(),
+    };
     let mut done = Vec::new();
     let mut rest: &[Job] = jobs;
     while !rest.is_empty() {
+        // One cell per process (see the module doc).
+        let batch = &rest[..1];
         let harness_stderr = results.join("harness.stderr");
-        let mut command = Command::new(binary);
+        let mut command = Command::new(&program);
         command
             .arg(results)
-            .args(rest.iter().map(|j| &j.module))
+            .args(batch.iter().map(|j| &j.module))
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -165,7 +180,7 @@ pub(crate) fn run_all(
         let lines = status_lines(&mut child);
         let mut go_on = child.stdin.take().expect("stdin is piped");
         let mut finished = 0;
-        for job in rest {
+        for job in batch {
             let started = wait_for(&lines, &format!("start {}", job.module), START_GRACE);
             let clock = Instant::now();
             let end = match started {
