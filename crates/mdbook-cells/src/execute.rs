@@ -109,16 +109,8 @@ pub(crate) fn run_all(
     output_limit: usize,
 ) -> std::io::Result<Vec<(String, Ran)>> {
     std::fs::create_dir_all(results)?;
-    // Every cell's process starts from this open file, so that a cell that deletes the binary
-    // (or the whole cache) harms only itself.
-    let image = std::fs::File::open(binary);
-    let program = match &image {
-        Ok(file) if Path::new("/proc/self/fd").is_dir() => {
-            use std::os::fd::AsRawFd;
-            PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        }
-        _ => binary.to_path_buf(),
-    };
+    let image = std::fs::File::open(binary).ok();
+    let program = program(image.as_ref(), binary);
     let mut done = Vec::new();
     let mut rest: &[Job] = jobs;
     while !rest.is_empty() {
@@ -221,6 +213,18 @@ pub(crate) fn run_all(
         rest = &rest[finished..];
     }
     Ok(done)
+}
+
+/// What to start a cell's process from: the binary's open file `image` where `/proc` names it,
+/// so that a cell that deletes the binary (or the whole cache) harms only itself; else its path.
+fn program(image: Option<&std::fs::File>, binary: &Path) -> PathBuf {
+    match image {
+        Some(file) if Path::new("/proc/self/fd").is_dir() => {
+            use std::os::fd::AsRawFd;
+            PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        }
+        _ => binary.to_path_buf(),
+    }
 }
 
 /// Bytes any file the cells' process writes may reach: the output limit, plus room for a
