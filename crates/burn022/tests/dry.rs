@@ -1,0 +1,111 @@
+//! burn 0.22 on the dry CUDA device: every family of the network files trains, counts the
+//! parameters its file counts, and gives the same bytes on every run; a card too small kills the
+//! run where the GPU would die; a user's program (the template) runs dry unchanged.
+
+use burn022::dry::{DryPlan, dry_network};
+use cubecl_cuda::dry::CardProfile;
+use cubecl_cuda_011 as cubecl_cuda;
+use highwater::network::Network;
+
+/// Every family at a toy size: `[family]` lines, the batch, the training table.
+fn tiny(table: &str) -> Network {
+    let text = format!(
+        "{table}\nbatch = 3\n[training]\nbackend = \"cube\"\ncheckpointing = \"none\"\n\
+         steps = 2\nseed = 1\n"
+    );
+    Network::parse("tiny.toml", &text).unwrap()
+}
+
+const FAMILIES: [&str; 6] = [
+    "[decoder]\nvocab = 50\nseq_len = 8\nd_model = 24\nn_heads = 4\nn_layers = 2\nd_ff = 48",
+    "[encoder]\nvocab = 50\nseq_len = 8\nd_model = 24\nn_heads = 4\nn_layers = 2\nd_ff = 48",
+    "[resnet]\nimage = 16\nchannels = 3\nwidth = 4\nstages = 3\nblocks = 2\nclasses = 10",
+    "[vit]\nimage = 16\nchannels = 3\npatch = 4\nd_model = 24\nn_heads = 4\nn_layers = 2\nd_ff = 48\nclasses = 10",
+    "[lstm]\nvocab = 50\nseq_len = 6\nd_model = 12\nhidden = 16\nn_layers = 2",
+    "[mlp]\ninputs = 20\nhidden = 32\nn_layers = 2\nclasses = 10",
+];
+
+#[test]
+fn every_family_trains_dry_with_the_parameters_its_file_counts_and_the_same_bytes_twice() {
+    let card = CardProfile::h200();
+    for table in FAMILIES {
+        let network = tiny(table);
+        let plan = DryPlan::on(&card, 2);
+        let first = dry_network(&network, &plan, card.clone()).unwrap();
+        let again = dry_network(&network, &plan, card.clone()).unwrap();
+        assert_eq!(
+            first.parameters.map(|p| p as u64),
+            Some(network.arch.params()),
+            "{table}"
+        );
+        assert!(first.died.is_none(), "{table}: {:?}", first.died);
+        assert_eq!(first.steps.len(), 2, "{table}");
+        for step in &first.steps {
+            assert!(step.in_use_after_forward > 0, "{table}: {step:?}");
+            assert!(
+                step.reserved >= step.in_use_after_backward,
+                "{table}: {step:?}"
+            );
+        }
+        let bytes = |o: &burn022::dry::DryOutcome| {
+            o.steps
+                .iter()
+                .map(|s| (s.in_use_after_forward, s.in_use_after_backward, s.reserved))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bytes(&first), bytes(&again), "{table}");
+    }
+}
+
+#[test]
+fn a_card_too_small_kills_the_run_where_its_page_is_refused() {
+    let card = CardProfile::h200();
+    let network = tiny("[mlp]\ninputs = 4096\nhidden = 4096\nn_layers = 2\nclasses = 10");
+    let plan = DryPlan {
+        capacity: 64 << 20,
+        ..DryPlan::on(&card, 3)
+    };
+    let outcome = dry_network(&network, &plan, card).unwrap();
+    let died = outcome
+        .died
+        .expect("64 MiB cannot hold two 4096 x 4096 layers and Adam");
+    assert!(!outcome.refused.is_empty());
+    assert!(died.message.to_lowercase().contains("memory"), "{died:?}");
+}
+
+#[test]
+fn a_fused_network_is_refused_in_a_build_without_burn_fusion() {
+    let mut network = tiny(FAMILIES[5]);
+    network.backend = highwater::recipe::Backend::Fusion;
+    let card = CardProfile::h200();
+    let result = dry_network(&network, &DryPlan::on(&card, 1), card);
+    if cfg!(feature = "fusion") {
+        assert!(result.is_ok());
+    } else {
+        let err = result.unwrap_err().to_string();
+        assert!(err.contains("burn-fusion"), "{err}");
+    }
+}
+
+#[test]
+fn the_template_program_runs_dry_unchanged_and_prints_its_pools_per_step() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_burn-dry-template"))
+        .args(["64", "256"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<Vec<u64>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').map(|f| f.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    for row in &rows {
+        assert!(row[1] > 0 && row[2] >= row[1], "{text}");
+    }
+}

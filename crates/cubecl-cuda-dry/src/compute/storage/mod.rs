@@ -1,0 +1,2 @@
+pub(crate) mod cpu;
+pub(crate) mod gpu;

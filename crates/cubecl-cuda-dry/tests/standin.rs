@@ -1,0 +1,90 @@
+//! The stand-in held to what cubecl-cuda 0.11.3 does with the same requests: CubeCL 0.11's
+//! adaptive pools size the pages, a full card is refused, reclaimed and retried by the shared
+//! command, and the device advertises what cubecl-cuda with its default LLVM backend advertises.
+
+extern crate cubecl_environment_011 as cubecl_environment;
+extern crate cubecl_server_011 as cubecl_server;
+
+use cubecl_cuda::dry::{self, CardProfile, DeviceOptions};
+use cubecl_cuda::{CudaDevice, CudaRuntime};
+use cubecl_server::memory_management::MemoryScope;
+use cubecl_server::runtime::Runtime;
+
+const MIB: u64 = 1 << 20;
+
+fn device(card: CardProfile) -> CudaDevice {
+    dry::register(DeviceOptions::card(card))
+}
+
+#[test]
+fn a_tensor_takes_the_page_cubecl_0_11s_arena_sizes_for_it() {
+    let device = device(CardProfile::h200());
+    let client = CudaRuntime::client(&device);
+    let tensor = client.empty(32 * MIB as usize);
+    sync(&client);
+    let usage = client.memory_report(MemoryScope::Device).usage();
+    assert_eq!(usage.bytes_in_use, 32 * MIB);
+    // The arena's growth rule (cubecl-server 0.11.3 `dynamic/arena.rs` `fit`): the allocation
+    // plus a megabyte of slack, rounded to the megabyte. CubeCL 0.10 took a 64 MiB page here.
+    assert_eq!(usage.bytes_reserved, 33 * MIB);
+    assert_eq!(dry::memory(&device).allocated(), 33 * MIB);
+    drop(tensor);
+}
+
+#[test]
+fn a_page_past_the_card_is_refused_retried_once_and_the_tensor_carries_the_error() {
+    let card = CardProfile::h200().with_memory(1 << 30);
+    let device = dry::register(DeviceOptions {
+        capacity: 100 * MIB,
+        ..DeviceOptions::card(card)
+    });
+    let client = CudaRuntime::client(&device);
+    let first = client.empty(60 * MIB as usize);
+    let second = client.empty(60 * MIB as usize);
+    let read = client.read_one(second.clone());
+    let refused = dry::memory(&device).take_refused();
+    // The command reclaims (nothing to give back: the first tensor is alive) and asks again.
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.page == 61 * MIB && r.allocated == 61 * MIB)
+    );
+    let err = read.expect_err("a tensor whose page was refused cannot be read");
+    assert!(err.to_string().to_lowercase().contains("memory"), "{err}");
+    drop(first);
+}
+
+#[test]
+fn reads_are_zeros_since_nothing_ever_wrote_the_device() {
+    let device = device(CardProfile::h200());
+    let client = CudaRuntime::client(&device);
+    let handle = client.create_from_slice(&[1u8, 2, 3, 4, 5, 6, 7, 8]);
+    let bytes = client.read_one(handle).unwrap();
+    assert_eq!(&bytes[..], &[0u8; 8]);
+}
+
+#[test]
+fn the_h200_advertises_what_cubecl_cuda_0_11_with_llvm_advertises() {
+    let card = CardProfile::h200();
+    let properties = card.device_properties();
+    assert_eq!(properties.hardware.num_tensor_cores, Some(4));
+    assert_eq!(properties.hardware.num_streaming_multiprocessors, Some(132));
+    assert_eq!(properties.memory.max_page_size, card.total_bytes / 4);
+    assert_eq!(properties.identity.fingerprint, "ptx_sm90");
+    // The LLVM backend lowers no TMA, clusters or async copies, and keeps the half, bf16 and
+    // tf32 matrix forms only.
+    assert!(properties.features.tma.is_empty());
+    assert!(!properties.features.cube_cluster && !properties.features.copy_async);
+    assert!(!properties.features.matmul.cmma.is_empty());
+    assert!(properties.features.matmul.cmma.iter().all(
+        |c| format!("{:?}", c.a_type).contains("F16")
+            || format!("{:?}", c.a_type).contains("BF16")
+            || format!("{:?}", c.a_type).contains("TF32")
+    ));
+}
+
+/// Waits for what the client queued (the dry server runs on its own thread, as cubecl-cuda's).
+fn sync(client: &cubecl_server::client::Client) {
+    cubecl_environment::future::block_on(client.sync()).unwrap();
+}
