@@ -15,7 +15,7 @@ use highwater::recipe::{Backend, Checkpointing};
 use highwater::run::{Failure, RunReport};
 
 use crate::network::network_step;
-use crate::train::{Trainer, TrainingStep};
+use crate::train::{Refused, Trainer, TrainingStep};
 
 /// How to run dry: how long, and on how much of the card.
 #[derive(Debug, Clone)]
@@ -28,8 +28,6 @@ pub struct DryPlan {
     pub capacity: u64,
     /// A page beyond `capacity`: refused as on the card, or granted to measure the need.
     pub on_refusal: OnRefusal,
-    /// Read the loss back every this many steps, and at the last (a trainer's log line).
-    pub log_every: u64,
     /// How a problem autotune has to time is settled on the dry device.
     pub tie_break: TieBreak,
 }
@@ -42,7 +40,6 @@ impl DryPlan {
             seed: 1,
             capacity: card.free_at_start,
             on_refusal: OnRefusal::Refuse,
-            log_every: steps.max(1),
             tie_break: TieBreak::First,
         }
     }
@@ -55,8 +52,10 @@ pub struct DryOutcome {
     pub steps: Vec<MeasuredStep>,
     /// Where the run died, as it would have on the GPU.
     pub died: Option<MeasuredDeath>,
-    /// Every page refused (or granted past the card), in order.
-    pub refused: Vec<OutOfMemory>,
+    /// Every page refused (or granted past the card), in order, with the step and phase after
+    /// which it was seen. A page refused to a throughput probe or an autotune candidate is here
+    /// too, though it kills nothing, on the GPU as here.
+    pub refused: Vec<(Refused, OutOfMemory)>,
     /// The most the pools' pages ever took: the card the run needed.
     pub peak_bytes: u64,
     /// The parameters the model trains, as burn counts them.
@@ -66,21 +65,14 @@ pub struct DryOutcome {
 impl DryOutcome {
     /// The run in the simulator's report type, so that plots, tables and `conform` take it.
     pub fn report(&self, origin: &str, plan: &DryPlan) -> RunReport {
-        let step = |i: usize| self.steps.get(i).map_or(0, |s| s.step);
         let failures = self
             .refused
             .iter()
-            .map(|r| Failure {
-                step: self
-                    .died
-                    .as_ref()
-                    .map_or(step(self.steps.len().saturating_sub(1)), |d| d.step),
+            .map(|(at, r)| Failure {
+                step: at.step,
                 requested: r.page,
                 page: r.page,
-                phase: self
-                    .died
-                    .as_ref()
-                    .map_or(highwater::trace::Phase::Forward, |d| d.phase),
+                phase: at.phase,
             })
             .collect();
         RunReport {
@@ -140,24 +132,21 @@ pub fn dry_train(
     device.seed(plan.seed);
     let program = build(&device);
     let parameters = program.parameters();
-    // Every refusal, kept in order as the trainer learns of them after each phase.
-    let refused = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let seen = refused.clone();
-    let mut trainer = Trainer::new(program, device);
-    // A granted page is recorded, not fatal: the run goes on to say what it needed.
-    if plan.on_refusal == OnRefusal::Refuse {
-        trainer = trainer.watching(Box::new(move || {
-            let new = memory.take_refused();
-            let pages = new.iter().map(|r| r.page).collect();
-            seen.borrow_mut().extend(new);
-            pages
-        }));
-    }
+    // Every refusal, in order, as the trainer learns of them after each phase.
+    let books = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = books.clone();
+    let mut trainer = Trainer::new(program, device).watching(Box::new(move || {
+        let new = memory.take_refused();
+        let pages = new.iter().map(|r| r.page).collect();
+        seen.borrow_mut().extend(new);
+        pages
+    }));
     let mut steps = Vec::new();
     let mut died = None;
-    for step in 1..=plan.steps {
-        let read_loss = step % plan.log_every.max(1) == 0 || step == plan.steps;
-        match trainer.step(read_loss) {
+    for _ in 0..plan.steps {
+        // Every step's loss is read: in CubeCL 0.11 a refused page shows only where its tensor is
+        // read, and a trainer that logs every step dies in the step where the GPU would.
+        match trainer.step(true) {
             Ok(measured) => steps.push(measured),
             Err(death) => {
                 died = Some(death);
@@ -166,11 +155,25 @@ pub fn dry_train(
         }
     }
     let memory = dry::memory(&cuda);
-    refused.borrow_mut().extend(memory.take_refused());
+    books.borrow_mut().extend(memory.take_refused());
+    let placed = trainer.refused().to_vec();
+    let refused = books
+        .take()
+        .into_iter()
+        .enumerate()
+        .map(|(i, oom)| {
+            let at = placed.get(i).copied().unwrap_or(Refused {
+                step: plan.steps,
+                phase: highwater::trace::Phase::Optimizer,
+                page: oom.page,
+            });
+            (at, oom)
+        })
+        .collect();
     DryOutcome {
         steps,
         died,
-        refused: refused.take(),
+        refused,
         peak_bytes: memory.peak(),
         parameters,
     }
@@ -209,4 +212,81 @@ pub fn dry_network(
     Ok(dry_train(card, plan, network.checkpointing, |device| {
         network_step(network, device)
     }))
+}
+
+/// A GPU record of burn 0.22 replayed dry: the same network file, batch, checkpointing, seed and
+/// steps on the record's card, every step's figures side by side.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// The record's steps, as the GPU measured them.
+    pub gpu: Vec<highwater::conform::MeasuredStep>,
+    /// The dry run of the same.
+    pub dry: DryOutcome,
+}
+
+impl Replay {
+    /// Steps where the two differ, each as (step, what, GPU bytes, dry bytes).
+    pub fn differences(&self) -> Vec<(u64, &'static str, u64, u64)> {
+        let mut out = Vec::new();
+        for (g, d) in self.gpu.iter().zip(&self.dry.steps) {
+            for (what, a, b) in [
+                (
+                    "in use after forward",
+                    g.in_use_after_forward,
+                    d.in_use_after_forward,
+                ),
+                (
+                    "in use after backward",
+                    g.in_use_after_backward,
+                    d.in_use_after_backward,
+                ),
+                ("reserved", g.reserved, d.reserved),
+            ] {
+                if a != b {
+                    out.push((g.step, what, a, b));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Replays `record` (made by `burn022-rerun`) dry on `card`, the record's card as it was recorded.
+///
+/// # Errors
+///
+/// A record whose network file does not parse, or that the 0.22 path does not run.
+pub fn replay(
+    record: &highwater::conform::NetworkRecord,
+    card: CardProfile,
+    tie_break: TieBreak,
+) -> Result<Replay, ReplayError> {
+    let mut network = Network::parse(&record.model_path, &record.model_toml)
+        .map_err(|e| ReplayError::Model(e.to_string()))?
+        .with_batch(record.batch)
+        .map_err(ReplayError::Model)?;
+    network.backend = record.backend;
+    network.checkpointing = record.checkpointing;
+    network.precision = record.precision;
+    let plan = DryPlan {
+        seed: record.seed,
+        tie_break,
+        ..DryPlan::on(&card, record.steps_asked)
+    };
+    let dry = dry_network(&network, &plan, card).map_err(ReplayError::Unsupported)?;
+    Ok(Replay {
+        gpu: record.steps.clone(),
+        dry,
+    })
+}
+
+/// Why a record could not be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// Its network file does not parse.
+    #[error("the record's model: {0}")]
+    Model(String),
+    /// The 0.22 path does not run it.
+    #[error(transparent)]
+    Unsupported(DryError),
 }

@@ -45,11 +45,23 @@ pub fn pool_usage(device: &Device) -> Result<PoolUsage, String> {
     })
 }
 
-/// What a trainer asks after each phase whether the device failed: the pages it refused since
-/// the last call, if any. A refused page does not fail a synchronization in CubeCL 0.11 (the
-/// tensor carries the error until something reads it), so a run that does not read would go on
-/// without knowing; the dry device's books know at once.
+/// What a trainer asks after each phase: the pages the device refused since the last call. In
+/// CubeCL 0.11 a refused page fails no synchronization: the tensor it was for carries the error
+/// until something reads it (the loss, a step or more later), and a page refused to a
+/// throughput probe or an autotune candidate fails nothing of the training at all. So a
+/// refusal is recorded where it happened, and the run dies where a read fails, as on a GPU.
 pub type Refusals = Box<dyn FnMut() -> Vec<u64>>;
+
+/// A page the device refused, placed in the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// 1-based step.
+    pub step: u64,
+    /// The phase after which it was seen.
+    pub phase: Phase,
+    /// The page's bytes.
+    pub page: u64,
+}
 
 /// Runs a [`TrainingStep`] step by step on one device, synchronizing after each phase and
 /// reading the pools.
@@ -59,6 +71,7 @@ pub struct Trainer {
     step: u64,
     phase: Phase,
     refusals: Option<Refusals>,
+    refused: Vec<Refused>,
 }
 
 impl Trainer {
@@ -70,14 +83,20 @@ impl Trainer {
             step: 0,
             phase: Phase::Init,
             refusals: None,
+            refused: Vec::new(),
         }
     }
 
-    /// The same, asking `refusals` after every phase which pages the device refused: the
-    /// first phase that met one is where the run dies.
+    /// The same, asking `refusals` after every phase which pages the device refused
+    /// ([`Trainer::refused`]).
     pub fn watching(mut self, refusals: Refusals) -> Self {
         self.refusals = Some(refusals);
         self
+    }
+
+    /// Every page refused so far, where it was seen.
+    pub fn refused(&self) -> &[Refused] {
+        &self.refused
     }
 
     /// The step it trains.
@@ -108,10 +127,10 @@ impl Trainer {
         let in_use_after_backward = self.read(Phase::Backward)?.in_use;
         let loss = match read_loss {
             false => None,
-            true => Some(
-                loss.try_into_scalar::<f64>()
-                    .map_err(|e| self.death(Phase::Backward, e.to_string(), vec![]))?,
-            ),
+            true => Some(loss.try_into_scalar::<f64>().map_err(|e| {
+                let pages = self.refused.iter().map(|r| r.page).collect();
+                self.death(Phase::Backward, e.to_string(), pages)
+            })?),
         };
 
         self.phase = Phase::Optimizer;
@@ -131,11 +150,13 @@ impl Trainer {
     /// The pools after `phase`, or the run's death in it.
     fn read(&mut self, phase: Phase) -> Result<PoolUsage, MeasuredDeath> {
         let usage = pool_usage(&self.device).map_err(|m| self.death(phase, m, vec![]))?;
-        if let Some(refused) = self.refusals.as_mut().map(|watch| watch())
-            && let Some(first) = refused.first()
-        {
-            let message = format!("the device refused a page of {first} B (out of memory)");
-            return Err(self.death(phase, message, refused));
+        if let Some(watch) = self.refusals.as_mut() {
+            let step = self.step;
+            self.refused.extend(
+                watch()
+                    .into_iter()
+                    .map(|page| Refused { step, phase, page }),
+            );
         }
         Ok(usage)
     }

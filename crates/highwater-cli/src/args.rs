@@ -254,6 +254,22 @@ pub(crate) struct FitArgs {
     /// One JSON object on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// The burn a network file trains under: 0.22 (CubeCL 0.11's pools), or 0.21 (CubeCL 0.10's,
+    /// the incident's, with the GPU's autotune atlas) [default: 0.22 for a network file; a wave
+    /// recipe's SiTU step exists on 0.21 only].
+    #[arg(long, value_enum)]
+    pub burn: Option<BurnArg>,
+}
+
+/// A burn version `fit` can train under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum BurnArg {
+    /// burn 0.21 / CubeCL 0.10.
+    #[value(name = "0.21")]
+    V021,
+    /// burn 0.22 / CubeCL 0.11.
+    #[value(name = "0.22")]
+    V022,
 }
 
 #[derive(Debug, Args)]

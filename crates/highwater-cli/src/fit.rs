@@ -12,7 +12,7 @@ use highwater::recipe::written_name;
 use situ::band::{Band, ColdBand, cold_band, dry_band};
 use situ::dry::{BatchSearch, DryOutcome, DryPlan, Model};
 
-use crate::args::{CapArg, CardArg, FitArgs};
+use crate::args::{BurnArg, CapArg, CardArg, FitArgs};
 use crate::input::{quoted_line, read_input};
 use crate::quiet::{quiet_device_threads, quietly};
 use basics::bytes::show;
@@ -21,6 +21,18 @@ use basics::text_table::{Align, Rule, render};
 pub(crate) fn fit(a: FitArgs) -> Result<()> {
     let origin = a.model.display().to_string();
     let text = read_input(&a.model, "model")?;
+    let network = highwater::network::is_network(&text);
+    match (a.burn, network) {
+        (Some(BurnArg::V022) | None, true) => {
+            quiet_device_threads();
+            return crate::fit022::fit(&a, &origin, &text);
+        }
+        (Some(BurnArg::V022), false) => bail!(
+            "{origin} is a wave recipe: its SiTU step (the fused kernel among its arms) exists on \
+             burn 0.21 only, the incident's version; add --burn 0.21"
+        ),
+        _ => {}
+    }
     let mut model = parse_model(&origin, &text)?;
     let (backend, checkpointing) = model.backend();
     model = model.with_backend(

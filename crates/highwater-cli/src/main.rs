@@ -48,6 +48,7 @@ mod atlas;
 mod commands;
 mod conform;
 mod fit;
+mod fit022;
 mod input;
 mod order;
 mod quiet;

@@ -14,6 +14,8 @@ fn fit_prints_each_steps_pool_and_the_verdict() {
         "cube",
         "--steps",
         "3",
+        "--burn",
+        "0.21",
     ];
     let out = ok_snapshot("fit-decoder-16gib", &args);
     assert!(
@@ -24,14 +26,23 @@ fn fit_prints_each_steps_pool_and_the_verdict() {
     assert!(text(&out.stderr).is_empty(), "expected deaths stay quiet");
 }
 
-/// Every network file of repro/models trained dry on a small card, two steps: its per-step pool
-/// figures and verdict as `fit` prints them. Each family's file has its own snapshot
-/// (`fit-FAMILY-*.txt`), and every file under repro/models has one
-/// ([`every_model_file_has_a_fit_snapshot`]).
+/// Every network file of repro/models trained dry on a small card, two steps, under burn 0.21
+/// (the atlas, the bands): its per-step pool figures and verdict as `fit` prints them. Each
+/// family's file has its own snapshot (`fit-FAMILY-*.txt`), and every file under repro/models
+/// has one ([`every_model_file_has_a_fit_snapshot`]).
 fn fit_snapshot(name: &str, model: &str, card: &str, extra: &[&str]) -> String {
     let path = format!("repro/models/{model}.toml");
     let args = [
-        &["fit", path.as_str(), "--card", card, "--steps", "2"],
+        &[
+            "fit",
+            path.as_str(),
+            "--card",
+            card,
+            "--steps",
+            "2",
+            "--burn",
+            "0.21",
+        ],
         extra,
     ]
     .concat();
@@ -259,4 +270,57 @@ fn fit_refuses_bad_input_before_any_work() {
             text(&out.stderr)
         );
     }
+}
+
+/// burn 0.22, the default for a network file: the MLP trained dry through CubeCL 0.11's pools
+/// (the cubecl-cuda stand-in), every step banded over the kernel choices autotune could make.
+#[test]
+fn fit_mlp_under_burn_0_22_by_default() {
+    let args = [
+        "fit",
+        "repro/models/mlp.toml",
+        "--card",
+        "1GiB",
+        "--steps",
+        "2",
+    ];
+    let out = ok_snapshot("fit-mlp-1gib-burn022", &args);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("burn 0.22 (CubeCL 0.11)"), "{stdout}");
+    assert!(stdout.contains("\nfits: "), "{stdout}");
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+}
+
+/// The same model on a card too small under burn 0.22: it dies where a page is refused, and
+/// `--json` says so with the simulator's report type.
+#[test]
+fn fit_under_burn_0_22_says_where_a_small_card_dies() {
+    let out = highwater(&[
+        "fit",
+        "repro/models/mlp.toml",
+        "--card",
+        "1GiB",
+        "--steps",
+        "2",
+        "--batch",
+        "65536",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).expect("one JSON object");
+    assert_eq!(v["burn"], "0.22.1");
+    assert_eq!(v["died_at"], 1, "{v}");
+    assert!(!v["failures"].as_array().unwrap().is_empty(), "{v}");
+}
+
+/// A wave recipe is burn 0.21's only (its fused SiTU kernel): asked under 0.22, `fit` says so.
+#[test]
+fn fit_refuses_a_wave_recipe_under_burn_0_22() {
+    let out = highwater(&["fit", "repro/recipes/wave-stack.toml", "--burn", "0.22"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("add --burn 0.21"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -1,0 +1,184 @@
+//! `highwater fit MODEL --burn 0.22`: will it fit under burn 0.22? The network trained dry on
+//! burn 0.22's CUDA device, whose pools are CubeCL 0.11's own (`burn022::dry`).
+//!
+//! Kernel choices: CubeCL 0.11 keeps its autotune results in a database no GPU here has filled
+//! yet, so every problem the step tunes is settled by the dry device's miss policy. The answer
+//! is banded over that policy: each problem's leanest candidate, its first, and its hungriest
+//! (`TieBreak`), the prediction being the first.
+
+use anyhow::{Result, bail};
+use basics::bytes::show;
+use basics::text_table::{Align, Rule, render};
+use burn022::dry::{DryOutcome, DryPlan, dry_network};
+use cubecl_cuda_011::dry::{CardProfile, TieBreak};
+use highwater::network::Network;
+use highwater::recipe::written_name;
+
+use crate::args::{CapArg, CardArg, FitArgs};
+use crate::input::quoted_line;
+use crate::quiet::quietly;
+
+/// The tie-breaks the band is run over, the prediction's first.
+const POLICIES: [TieBreak; 3] = [TieBreak::First, TieBreak::LeastMemory, TieBreak::MostMemory];
+
+/// Answers `fit` for a network file under burn 0.22.
+pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
+    if a.largest_batch {
+        bail!("--largest-batch runs on burn 0.21 only for now: add --burn 0.21");
+    }
+    let mut network = Network::parse(origin, text).map_err(|e| {
+        let quoted = quoted_line(text, e.line());
+        anyhow::anyhow!(e).context(format!("invalid model {origin}{quoted}"))
+    })?;
+    if let Some(batch) = a.batch {
+        network = network.with_batch(batch).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(backend) = a.backend {
+        network.backend = backend.into();
+    }
+    if let Some(checkpointing) = a.checkpointing {
+        network.checkpointing = checkpointing.into();
+    }
+    let card = match &a.card {
+        CardArg::Profile(path) => CardProfile::read(path)?,
+        CardArg::Bytes(bytes) => CardProfile::read(&a.chip)?.with_memory(*bytes),
+    };
+    let capacity = match a.cap {
+        None => card.free_at_start,
+        Some(CapArg::Bytes(cap)) => {
+            let context = card.total_bytes - card.free_at_start;
+            match cap.checked_sub(context) {
+                Some(pools) if cap <= card.total_bytes && pools > 0 => pools,
+                _ => bail!(
+                    "--cap {cap} cannot be emulated on {}: it must exceed the chip's CUDA \
+                     context ({context} bytes) and not its total ({} bytes)",
+                    card.gpu,
+                    card.total_bytes
+                ),
+            }
+        }
+        Some(CapArg::RecipeCard) => {
+            bail!("--cap card needs a wave recipe's [card]; give a network a byte count")
+        }
+    };
+    let runs = POLICIES
+        .iter()
+        .map(|&tie_break| {
+            let plan = DryPlan {
+                steps: a.steps,
+                seed: a.seed,
+                capacity,
+                tie_break,
+                ..DryPlan::on(&card, a.steps)
+            };
+            let outcome = quietly(|| dry_network(&network, &plan, card.clone()))?;
+            Ok((plan, outcome))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (plan, predicted) = &runs[0];
+    let report = predicted.report(origin, plan);
+    let band: Vec<(Option<u64>, Option<u64>)> = (0..report.reserved.len())
+        .map(|i| {
+            let at = |o: &DryOutcome| o.steps.get(i).map(|s| s.reserved);
+            let all: Vec<Option<u64>> = runs.iter().map(|(_, o)| at(o)).collect();
+            match all.iter().copied().collect::<Option<Vec<u64>>>() {
+                Some(values) => (values.iter().min().copied(), values.iter().max().copied()),
+                None => (None, None),
+            }
+        })
+        .collect();
+    if a.json {
+        let mut json = serde_json::to_value(&report)?;
+        json["burn"] = "0.22.1".into();
+        json["cubecl"] = "0.11.3".into();
+        json["reserved_least"] =
+            serde_json::to_value(band.iter().map(|b| b.0).collect::<Vec<_>>())?;
+        json["reserved_most"] = serde_json::to_value(band.iter().map(|b| b.1).collect::<Vec<_>>())?;
+        json["peak_bytes"] = predicted.peak_bytes.into();
+        json["autotune"] = "miss policy (no CubeCL 0.11 atlas yet)".into();
+        println!("{json}");
+        return Ok(());
+    }
+    println!(
+        "{origin} | {} | checkpointing {} | burn 0.22 (CubeCL 0.11) dry on {} ({} for the pools) \
+         | {} steps | batch {}",
+        written_name(&network.backend),
+        written_name(&network.checkpointing),
+        card.gpu,
+        show(capacity),
+        a.steps,
+        network.batch
+    );
+    let rows: Vec<Vec<String>> = predicted
+        .steps
+        .iter()
+        .zip(&band)
+        .map(|(s, (least, most))| {
+            vec![
+                s.step.to_string(),
+                show(s.in_use_after_forward),
+                show(s.in_use_after_backward),
+                show(s.reserved),
+                match (least, most) {
+                    (Some(l), Some(m)) if l != m => format!("{} … {}", show(*l), show(*m)),
+                    (Some(_), Some(_)) => "the same".into(),
+                    _ => "(died)".into(),
+                },
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        println!(
+            "{}",
+            render(
+                &[
+                    ("step", Align::Right),
+                    ("in use after forward", Align::Right),
+                    ("after backward", Align::Right),
+                    ("reserved", Align::Right),
+                    ("reserved, any kernel choice", Align::Right),
+                ],
+                &rows,
+                Rule::Dashed,
+            )
+        );
+    }
+    println!("{}", verdict(predicted, capacity));
+    println!(
+        "kernel choices: no CubeCL 0.11 autotune atlas yet, so every problem autotune meets was \
+         settled by the dry device's policy; the last column runs it leanest and hungriest"
+    );
+    Ok(())
+}
+
+/// Whether it fits, in one line.
+fn verdict(outcome: &DryOutcome, capacity: u64) -> String {
+    match &outcome.died {
+        None if outcome.refused.is_empty() => format!(
+            "fits: the pools' pages peaked at {} of {} ({:.0} %)",
+            show(outcome.peak_bytes),
+            show(capacity),
+            100.0 * outcome.peak_bytes as f64 / capacity.max(1) as f64
+        ),
+        None => format!(
+            "fits: the loss read back every step; the {} pages refused on the way went to work \
+             outside the training's tensors (CubeCL's throughput probes, autotune's candidates), \
+             which goes on without them on a GPU too",
+            outcome.refused.len()
+        ),
+        Some(death) => {
+            let first = outcome.refused.first();
+            format!(
+                "does not fit: its loss cannot be read in step {} ({}); the first page refused, \
+                 {} with {} of {} taken, was in step {} ({})",
+                death.step,
+                written_name(&death.phase),
+                first.map_or("?".into(), |(_, r)| show(r.page)),
+                first.map_or("?".into(), |(_, r)| show(r.allocated)),
+                show(capacity),
+                first.map_or(0, |(at, _)| at.step),
+                first.map_or("?".into(), |(at, _)| written_name(&at.phase)),
+            )
+        }
+    }
+}
