@@ -27,6 +27,9 @@ pub(crate) fn conform(a: ConformArgs) -> Result<()> {
     if files.is_empty() {
         bail!("{} holds no rerun-*.json", a.dir.display());
     }
+    if a.dry && crate::conform022::all_burn_022(&files)? {
+        return crate::conform022::conform(&a, &files);
+    }
     if a.band {
         return conform_band(&a, &files);
     }

@@ -21,19 +21,23 @@ use basics::text_table::{Align, Rule, render};
 pub(crate) fn fit(a: FitArgs) -> Result<()> {
     let origin = a.model.display().to_string();
     let text = read_input(&a.model, "model")?;
-    let network = highwater::network::is_network(&text);
-    match (a.burn, network) {
+    match (a.burn, highwater::network::is_network(&text)) {
         (Some(BurnArg::V022) | None, true) => {
             quiet_device_threads();
-            return crate::fit022::fit(&a, &origin, &text);
+            crate::fit022::fit(&a, &origin, &text)
         }
         (Some(BurnArg::V022), false) => bail!(
             "{origin} is a wave recipe: its SiTU step (the fused kernel among its arms) exists on \
              burn 0.21 only, the incident's version; add --burn 0.21"
         ),
-        _ => {}
+        _ => fit_on_burn_021(a, &origin, &text),
     }
-    let mut model = parse_model(&origin, &text)?;
+}
+
+/// `fit` under burn 0.21: the atlas's kernel choices, the bands, the batch search.
+fn fit_on_burn_021(a: FitArgs, origin: &str, text: &str) -> Result<()> {
+    let origin = origin.to_string();
+    let mut model = parse_model(&origin, text)?;
     let (backend, checkpointing) = model.backend();
     model = model.with_backend(
         a.backend.map_or(backend, Into::into),

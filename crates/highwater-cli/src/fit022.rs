@@ -26,46 +26,16 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
     if a.largest_batch {
         bail!("--largest-batch runs on burn 0.21 only for now: add --burn 0.21");
     }
-    let mut network = Network::parse(origin, text).map_err(|e| {
-        let quoted = quoted_line(text, e.line());
-        anyhow::anyhow!(e).context(format!("invalid model {origin}{quoted}"))
-    })?;
-    if let Some(batch) = a.batch {
-        network = network.with_batch(batch).map_err(anyhow::Error::msg)?;
-    }
-    if let Some(backend) = a.backend {
-        network.backend = backend.into();
-    }
-    if let Some(checkpointing) = a.checkpointing {
-        network.checkpointing = checkpointing.into();
-    }
+    let network = network(a, origin, text)?;
     let card = match &a.card {
         CardArg::Profile(path) => CardProfile::read(path)?,
         CardArg::Bytes(bytes) => CardProfile::read(&a.chip)?.with_memory(*bytes),
     };
-    let capacity = match a.cap {
-        None => card.free_at_start,
-        Some(CapArg::Bytes(cap)) => {
-            let context = card.total_bytes - card.free_at_start;
-            match cap.checked_sub(context) {
-                Some(pools) if cap <= card.total_bytes && pools > 0 => pools,
-                _ => bail!(
-                    "--cap {cap} cannot be emulated on {}: it must exceed the chip's CUDA \
-                     context ({context} bytes) and not its total ({} bytes)",
-                    card.gpu,
-                    card.total_bytes
-                ),
-            }
-        }
-        Some(CapArg::RecipeCard) => {
-            bail!("--cap card needs a wave recipe's [card]; give a network a byte count")
-        }
-    };
+    let capacity = capacity(a, &card)?;
     let runs = POLICIES
         .iter()
         .map(|&tie_break| {
             let plan = DryPlan {
-                steps: a.steps,
                 seed: a.seed,
                 capacity,
                 tie_break,
@@ -77,23 +47,24 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let (plan, predicted) = &runs[0];
     let report = predicted.report(origin, plan);
+    // Per step, the least and the most bytes reserved over the policies (None once one died).
     let band: Vec<(Option<u64>, Option<u64>)> = (0..report.reserved.len())
         .map(|i| {
-            let at = |o: &DryOutcome| o.steps.get(i).map(|s| s.reserved);
-            let all: Vec<Option<u64>> = runs.iter().map(|(_, o)| at(o)).collect();
-            match all.iter().copied().collect::<Option<Vec<u64>>>() {
-                Some(values) => (values.iter().min().copied(), values.iter().max().copied()),
-                None => (None, None),
-            }
+            let all: Option<Vec<u64>> = runs
+                .iter()
+                .map(|(_, o)| o.steps.get(i).map(|s| s.reserved))
+                .collect();
+            all.map_or((None, None), |v| {
+                (v.iter().min().copied(), v.iter().max().copied())
+            })
         })
         .collect();
     if a.json {
         let mut json = serde_json::to_value(&report)?;
         json["burn"] = "0.22.1".into();
         json["cubecl"] = "0.11.3".into();
-        json["reserved_least"] =
-            serde_json::to_value(band.iter().map(|b| b.0).collect::<Vec<_>>())?;
-        json["reserved_most"] = serde_json::to_value(band.iter().map(|b| b.1).collect::<Vec<_>>())?;
+        json["reserved_least"] = band.iter().map(|b| b.0).collect::<Vec<_>>().into();
+        json["reserved_most"] = band.iter().map(|b| b.1).collect::<Vec<_>>().into();
         json["peak_bytes"] = predicted.peak_bytes.into();
         json["autotune"] = "miss policy (no CubeCL 0.11 atlas yet)".into();
         println!("{json}");
@@ -109,10 +80,64 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
         a.steps,
         network.batch
     );
+    if !predicted.steps.is_empty() {
+        println!("{}", steps_table(predicted, &band));
+    }
+    println!("{}", verdict(predicted, capacity));
+    println!(
+        "kernel choices: no CubeCL 0.11 autotune atlas yet, so every problem autotune meets was \
+         settled by the dry device's policy; the last column runs it leanest and hungriest"
+    );
+    Ok(())
+}
+
+/// The network file with the command line's batch, backend and checkpointing.
+fn network(a: &FitArgs, origin: &str, text: &str) -> Result<Network> {
+    let mut network = Network::parse(origin, text).map_err(|e| {
+        let quoted = quoted_line(text, e.line());
+        anyhow::anyhow!(e).context(format!("invalid model {origin}{quoted}"))
+    })?;
+    if let Some(batch) = a.batch {
+        network = network.with_batch(batch).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(backend) = a.backend {
+        network.backend = backend.into();
+    }
+    if let Some(checkpointing) = a.checkpointing {
+        network.checkpointing = checkpointing.into();
+    }
+    Ok(network)
+}
+
+/// What the pools may take: the card's free memory, or what `--cap` leaves once the chip's
+/// CUDA context is out of it.
+fn capacity(a: &FitArgs, card: &CardProfile) -> Result<u64> {
+    match a.cap {
+        None => Ok(card.free_at_start),
+        Some(CapArg::Bytes(cap)) => {
+            let context = card.total_bytes - card.free_at_start;
+            match cap.checked_sub(context) {
+                Some(pools) if cap <= card.total_bytes && pools > 0 => Ok(pools),
+                _ => bail!(
+                    "--cap {cap} cannot be emulated on {}: it must exceed the chip's CUDA \
+                     context ({context} bytes) and not its total ({} bytes)",
+                    card.gpu,
+                    card.total_bytes
+                ),
+            }
+        }
+        Some(CapArg::RecipeCard) => {
+            bail!("--cap card needs a wave recipe's [card]; give a network a byte count")
+        }
+    }
+}
+
+/// One row per step: the prediction's figures and the band's edges.
+fn steps_table(predicted: &DryOutcome, band: &[(Option<u64>, Option<u64>)]) -> String {
     let rows: Vec<Vec<String>> = predicted
         .steps
         .iter()
-        .zip(&band)
+        .zip(band)
         .map(|(s, (least, most))| {
             vec![
                 s.step.to_string(),
@@ -127,28 +152,17 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
             ]
         })
         .collect();
-    if !rows.is_empty() {
-        println!(
-            "{}",
-            render(
-                &[
-                    ("step", Align::Right),
-                    ("in use after forward", Align::Right),
-                    ("after backward", Align::Right),
-                    ("reserved", Align::Right),
-                    ("reserved, any kernel choice", Align::Right),
-                ],
-                &rows,
-                Rule::Dashed,
-            )
-        );
-    }
-    println!("{}", verdict(predicted, capacity));
-    println!(
-        "kernel choices: no CubeCL 0.11 autotune atlas yet, so every problem autotune meets was \
-         settled by the dry device's policy; the last column runs it leanest and hungriest"
-    );
-    Ok(())
+    render(
+        &[
+            ("step", Align::Right),
+            ("in use after forward", Align::Right),
+            ("after backward", Align::Right),
+            ("reserved", Align::Right),
+            ("reserved, any kernel choice", Align::Right),
+        ],
+        &rows,
+        Rule::Dashed,
+    )
 }
 
 /// Whether it fits, in one line.

@@ -47,6 +47,7 @@ mod args;
 mod atlas;
 mod commands;
 mod conform;
+mod conform022;
 mod fit;
 mod fit022;
 mod input;

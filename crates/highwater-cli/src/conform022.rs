@@ -1,0 +1,92 @@
+//! `highwater conform --dry DIR` for records made by burn 0.22 (`burn022-rerun` on a GPU): each
+//! replayed dry under burn 0.22 (`burn022::dry::replay`) and held to the record step by step,
+//! byte for byte.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use basics::bytes::show;
+use basics::text_table::{Align, Rule, render};
+use cubecl_cuda_011::dry::{CardProfile, TieBreak};
+use highwater::conform::NetworkRecord;
+
+use crate::args::ConformArgs;
+use crate::conform::read_record;
+use crate::quiet::{quiet_device_threads, quietly};
+
+/// Whether every record of `files` was made by burn 0.22.
+pub(crate) fn all_burn_022(files: &[PathBuf]) -> Result<bool> {
+    // Only the provenance is read: a 0.21 rerun record is no network record.
+    let mut any = false;
+    for path in files {
+        let record: serde_json::Value = read_record(path)?;
+        if !record["versions"]["burn"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("0.22"))
+        {
+            return Ok(false);
+        }
+        any = true;
+    }
+    Ok(any)
+}
+
+/// Replays each record dry and prints, per record, whether every step matched and where not.
+pub(crate) fn conform(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
+    let card = CardProfile::read(&a.card)?;
+    quiet_device_threads();
+    let mut rows = Vec::new();
+    let mut missed = 0;
+    for path in files {
+        let record: NetworkRecord = read_record(path)?;
+        let replay = quietly(|| burn022::dry::replay(&record, card.clone(), TieBreak::First))
+            .with_context(|| format!("replaying {}", path.display()))?;
+        let differences = replay.differences();
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into());
+        let verdict = match differences.first() {
+            None if replay.gpu.len() == replay.dry.steps.len() => "exact".to_string(),
+            None => format!(
+                "{} steps on the GPU, {} dry",
+                replay.gpu.len(),
+                replay.dry.steps.len()
+            ),
+            Some((step, what, gpu, dry)) => format!(
+                "step {step}, {what}: GPU {} dry {} ({:+})",
+                show(*gpu),
+                show(*dry),
+                *dry as i128 - *gpu as i128
+            ),
+        };
+        if verdict != "exact" {
+            missed += 1;
+        }
+        rows.push(vec![
+            name,
+            replay.gpu.len().to_string(),
+            differences.len().to_string(),
+            verdict,
+        ]);
+    }
+    println!(
+        "{}",
+        render(
+            &[
+                ("record (burn 0.22)", Align::Left),
+                ("steps", Align::Right),
+                ("figures off", Align::Right),
+                ("first difference", Align::Left),
+            ],
+            &rows,
+            Rule::Dashed,
+        )
+    );
+    if missed > 0 {
+        bail!(
+            "{missed} of {} burn 0.22 records differ from their dry replay",
+            files.len()
+        );
+    }
+    Ok(())
+}
