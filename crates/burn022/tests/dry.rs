@@ -109,3 +109,35 @@ fn the_template_program_runs_dry_unchanged_and_prints_its_pools_per_step() {
         assert!(row[1] > 0 && row[2] >= row[1], "{text}");
     }
 }
+
+/// A record replays step for step: a dry run written as a GPU record would be (the network file,
+/// batch, seed, steps) replays to the same figures, and a figure changed in the record is the
+/// one `differences` names.
+#[test]
+fn a_record_replays_dry_step_for_step_and_a_changed_figure_is_named() {
+    let card = CardProfile::h200();
+    let text = "[mlp]\ninputs = 20\nhidden = 32\nn_layers = 2\nclasses = 10\nbatch = 3\n\
+                [training]\nbackend = \"cube\"\ncheckpointing = \"none\"\nsteps = 2\nseed = 1\n";
+    let network = Network::parse("tiny.toml", text).unwrap();
+    let dry = dry_network(&network, &DryPlan::on(&card, 2), card.clone()).unwrap();
+    let mut record: highwater::conform::NetworkRecord = serde_json::from_value(serde_json::json!({
+        "command": "test", "gpu": "none", "driver": "none", "cuda": "none", "gpu_memory": "0",
+        "versions": {"situ": "0", "burn": "0.22.1", "cubecl": "0.11.3", "rustc": "", "build": ""},
+        "git_revision": "", "date": "", "model_path": "tiny.toml", "model_toml": text,
+        "backend": "cube", "checkpointing": "none", "precision": "f32", "batch": 3,
+        "steps_asked": 2, "seed": 1,
+        "device": {"total_bytes": 0, "free_at_start": 0, "cap_bytes": null, "ballast_bytes": 0,
+                   "pool_capacity": 0},
+        "steps": [], "died": null
+    }))
+    .unwrap();
+    record.steps = dry.steps.clone();
+    let replay = burn022::dry::replay(&record, card.clone(), Default::default()).unwrap();
+    assert_eq!(replay.differences(), vec![]);
+    record.steps[1].reserved += 512;
+    let replay = burn022::dry::replay(&record, card, Default::default()).unwrap();
+    let [(step, what, gpu, dry)] = replay.differences()[..] else {
+        panic!("one difference: {:?}", replay.differences())
+    };
+    assert_eq!((step, what, gpu - dry), (2, "reserved", 512));
+}
