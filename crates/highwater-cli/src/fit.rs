@@ -258,14 +258,18 @@ fn capacity(a: &FitArgs, model: &Model, card: &CardProfile) -> Result<u64> {
             bail!("--cap card needs a wave recipe's [card]; give a network a byte count")
         }
     };
-    let context = card.total_bytes - card.free_at_start;
+    pools_under_cap(cap, card.total_bytes, card.free_at_start, &card.gpu)
+}
+
+/// What a card that leaves the process `cap` bytes leaves the pools, on a chip of `total` bytes
+/// whose CUDA context left `free`: the cap less the context (either burn's `fit`).
+pub(crate) fn pools_under_cap(cap: u64, total: u64, free: u64, gpu: &str) -> Result<u64> {
+    let context = total - free;
     match cap.checked_sub(context) {
-        Some(pools) if cap <= card.total_bytes && pools > 0 => Ok(pools),
+        Some(pools) if cap <= total && pools > 0 => Ok(pools),
         _ => bail!(
-            "--cap {cap} cannot be emulated on {}: it must exceed the chip's CUDA context ({context} \
-             bytes) and not its total ({} bytes)",
-            card.gpu,
-            card.total_bytes
+            "--cap {cap} cannot be emulated on {gpu}: it must exceed the chip's CUDA context \
+             ({context} bytes) and not its total ({total} bytes)"
         ),
     }
 }

@@ -15,6 +15,7 @@ use highwater::network::Network;
 use highwater::recipe::written_name;
 
 use crate::args::{CapArg, CardArg, FitArgs};
+use crate::fit::pools_under_cap;
 use crate::input::quoted_line;
 use crate::quiet::quietly;
 
@@ -115,16 +116,7 @@ fn capacity(a: &FitArgs, card: &CardProfile) -> Result<u64> {
     match a.cap {
         None => Ok(card.free_at_start),
         Some(CapArg::Bytes(cap)) => {
-            let context = card.total_bytes - card.free_at_start;
-            match cap.checked_sub(context) {
-                Some(pools) if cap <= card.total_bytes && pools > 0 => Ok(pools),
-                _ => bail!(
-                    "--cap {cap} cannot be emulated on {}: it must exceed the chip's CUDA \
-                     context ({context} bytes) and not its total ({} bytes)",
-                    card.gpu,
-                    card.total_bytes
-                ),
-            }
+            pools_under_cap(cap, card.total_bytes, card.free_at_start, &card.gpu)
         }
         Some(CapArg::RecipeCard) => {
             bail!("--cap card needs a wave recipe's [card]; give a network a byte count")
