@@ -181,18 +181,24 @@ mod tests {
     }
 
     #[test]
-    fn this_process_group_is_read_where_proc_is() {
+    fn a_process_group_is_read_where_proc_is() {
+        use std::os::unix::process::CommandExt;
         if std::fs::metadata("/proc/self/stat").is_err() {
             return;
         }
-        // SAFETY: getpgrp has no preconditions.
-        let group = unsafe { libc::getpgrp() } as u32;
-        let before = group_cpu(group).expect("this process is in its own group");
-        let spin = Instant::now();
-        while spin.elapsed() < Duration::from_millis(300) {
-            std::hint::spin_loop();
-        }
+        // A group of its own whose leader is alive while it is read: the test's own group
+        // may have outlived its leader (a test run started in the background of a shell).
+        let mut spinner = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .process_group(0)
+            .spawn()
+            .expect("sh starts");
+        let group = spinner.id();
+        let before = group_cpu(group).expect("the spinner leads its own group");
+        std::thread::sleep(Duration::from_millis(300));
         let after = group_cpu(group).expect("still there");
+        spinner.kill().expect("the spinner stops");
+        spinner.wait().expect("the spinner is reaped");
         assert!(after > before, "{before:?} then {after:?} after spinning");
         assert_eq!(group_cpu(u32::MAX), None, "no such group");
     }
