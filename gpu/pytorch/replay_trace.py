@@ -49,8 +49,21 @@ def stats(torch):
     }
 
 
+SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
+
+
 def replay(torch, events, limit, total):
     torch.cuda.empty_cache()
+    # Where the device put each segment: best fit breaks ties by address, so the model needs
+    # to know how the driver hands addresses out again after a free. Only segment events are
+    # kept (no frames), so the ring buffer holds the whole run.
+    try:
+        torch.cuda.memory._record_memory_history(
+            enabled="all", context=None, stacks="python", max_entries=2_000_000,
+            skip_actions=["alloc", "free_requested", "free_completed"])
+    except TypeError:  # a PyTorch without skip_actions: every event, filtered below
+        torch.cuda.memory._record_memory_history(
+            enabled="all", context=None, stacks="python", max_entries=2_000_000)
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.reset_accumulated_memory_stats()
     fraction = limit / total
@@ -89,7 +102,11 @@ def replay(torch, events, limit, total):
         close()
     live.clear()
     torch.cuda.synchronize()
-    return {"limit": limit, "fraction": fraction,
+    trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    torch.cuda.memory._record_memory_history(enabled=None)
+    segments = [[t["action"], t.get("addr", t.get("device_free")), t["size"]]
+                for t in trace if t["action"] in SEGMENT_ACTIONS]
+    return {"segments": segments, "limit": limit, "fraction": fraction,
             # c10's setMemoryFraction: allowed = size_t(fraction * total)
             "allowed": int(fraction * total), "steps": steps, "oom": oom}
 
