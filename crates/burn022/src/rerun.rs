@@ -49,14 +49,36 @@ pub fn provenance(build: &str) -> Provenance {
     }
 }
 
-/// `network` trained on CUDA device 0, every step measured.
+/// A network file this build cannot train as written.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{model_path}: backend {backend:?}, but burn-fusion is a build-wide switch in burn 0.22 and \
+     this build {} it (this crate's feature `fusion`)",
+    if cfg!(feature = "fusion") { "has" } else { "lacks" }
+)]
+pub struct BackendMismatch {
+    /// The network file.
+    pub model_path: String,
+    /// What it asked for.
+    pub backend: highwater::recipe::Backend,
+}
+
+/// `network` trained on CUDA device 0, every step measured; refused when it asks for burn-fusion
+/// and the build has none, or the other way round, so a record never names a backend that did
+/// not run.
 pub fn rerun(
     network: &Network,
     model_path: &str,
     model_toml: &str,
     plan: &RerunPlan,
     build: &str,
-) -> NetworkRecord {
+) -> Result<NetworkRecord, BackendMismatch> {
+    if (network.backend == highwater::recipe::Backend::Fusion) != cfg!(feature = "fusion") {
+        return Err(BackendMismatch {
+            model_path: model_path.to_string(),
+            backend: network.backend,
+        });
+    }
     let provenance = provenance(build);
     let mut device = Device::cuda(0).autodiff();
     if network.checkpointing == highwater::recipe::Checkpointing::Balanced {
@@ -83,7 +105,7 @@ pub fn rerun(
             }
         }
     }
-    NetworkRecord {
+    Ok(NetworkRecord {
         provenance,
         model_path: model_path.to_string(),
         model_toml: model_toml.to_string(),
@@ -103,7 +125,7 @@ pub fn rerun(
         steps,
         died,
         tuned: Vec::new(),
-    }
+    })
 }
 
 /// What cubecl-cuda 0.11 told burn about the GPU: what the dry card's derivation is held to.

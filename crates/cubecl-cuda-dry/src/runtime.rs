@@ -23,25 +23,33 @@ use crate::dry::devices::registered;
 #[derive(Debug, Clone)]
 pub struct CudaRuntime;
 
-/// Points CubeCL's environment (its autotune results and compiled kernels) at a store of this
-/// process's own, once: the dry device's tuning results are a policy's, not a GPU's timings, and
-/// must never land in the project's `target/environment/default.db`, where a real GPU run would
-/// take them for its own.
-fn private_environment() {
+/// Points CubeCL's environment (its autotune results, throughput measurements and compiled
+/// kernels) at a store of this process's own, once: the dry device's tuning results are a
+/// policy's, not a GPU's timings, and must never land in the project's
+/// `target/environment/default.db`, where a real GPU run would take them for its own. The store
+/// starts as a copy of `atlas`, the first device's card's recorded store, when there is one.
+fn private_environment(atlas: Option<&std::path::Path>) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let file =
             std::env::temp_dir().join(format!("highwater-dry-cubecl-{}.db", std::process::id()));
+        // A file left by an earlier process of the same id is not this one's.
+        let _ = std::fs::remove_file(&file);
+        if let Some(atlas) = atlas
+            && let Err(e) = std::fs::copy(atlas, &file)
+        {
+            log::warn!("{}: {e}; the dry device starts untuned", atlas.display());
+        }
         cubecl_environment::environment::load(file);
     });
 }
 
 impl DeviceService for CudaServer {
     fn init(device_id: DeviceId) -> Self {
-        private_environment();
         let device = CudaDevice::from_id(device_id);
         let registered = registered(device.index as u16);
         let card = &registered.options.card;
+        private_environment(card.atlas.as_deref());
         let properties = card.device_properties();
         let mem_properties = card.memory_properties();
         let policy = PitchedMemoryLayoutPolicy::new(properties.memory.alignment as usize);

@@ -85,6 +85,45 @@ fn the_h200_advertises_what_cubecl_cuda_0_11_with_llvm_advertises() {
 }
 
 /// Waits for what the client queued (the dry server runs on its own thread, as cubecl-cuda's).
+/// The H100's properties as the real cubecl-cuda 0.11.3 built them on the GPU
+/// (`repro/cards/h100-cubecl-0.11.json`, `burn022-rerun --card`): the dry derivation from the
+/// card profile gives the same checksum, which CubeCL's kernel and autotune caches key on, and
+/// the same properties but the PCI address, which a profile does not record.
+#[test]
+fn the_h100_properties_are_the_ones_cubecl_cuda_0_11_built_on_the_gpu() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../repro/cards/");
+    let recorded: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}h100-cubecl-0.11.json")).expect("recorded"),
+    )
+    .expect("JSON");
+    let card = CardProfile::read(std::path::Path::new(&format!("{root}h100.json"))).expect("card");
+    let properties = card.device_properties();
+    assert_eq!(
+        properties.checksum(),
+        recorded["properties_checksum"]
+            .as_u64()
+            .expect("a checksum")
+    );
+    let without_pci = |debug: &str| {
+        let start = debug.find("pci_address: ").expect("an identity");
+        let end = start + debug[start..].find(", luid").expect("after the address");
+        format!("{}{}", &debug[..start], &debug[end..])
+    };
+    assert_eq!(
+        without_pci(&format!("{properties:?}")),
+        without_pci(
+            recorded["properties_debug"]
+                .as_str()
+                .expect("the properties")
+        )
+    );
+    // The GPU run's environment store is found beside the profile: the dry device starts from it.
+    assert!(
+        card.atlas
+            .is_some_and(|a| a.ends_with("h100-cubecl-0.11.db"))
+    );
+}
+
 fn sync(client: &cubecl_server::client::Client) {
     cubecl_environment::future::block_on(client.sync()).unwrap();
 }

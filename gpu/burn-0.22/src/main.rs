@@ -53,7 +53,7 @@ fn main() -> Result<()> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {origin}"))?;
         let network = Network::parse(&origin, &text).with_context(|| format!("parsing {origin}"))?;
-        let record = rerun(&network, &origin, &text, &plan, BUILD);
+        let record = rerun(&network, &origin, &text, &plan, BUILD)?;
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
         let name = format!(
             "{stem}-{}-{}-b{}.json",

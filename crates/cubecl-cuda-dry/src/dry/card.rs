@@ -46,6 +46,13 @@ pub struct CardProfile {
     pub max_grid_dim: [u32; 3],
     /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
     pub multiprocessor_count: u32,
+    /// CubeCL 0.11's environment store as a GPU run of this card left it
+    /// (`target/environment/default.db`), kept beside the profile as
+    /// `<profile>-cubecl-0.11.db`: autotune's picks and the throughput probes' measurements.
+    /// A dry device starts from it, so it settles problems as that GPU did and probes nothing:
+    /// a probe times its kernels, which take no time here.
+    #[serde(skip)]
+    pub atlas: Option<std::path::PathBuf>,
 }
 
 /// A profile that cannot be used.
@@ -83,7 +90,14 @@ impl CardProfile {
             path: name.clone(),
             source,
         })?;
-        Self::parse(&text).map_err(|source| CardError::Parse { path: name, source })
+        let mut card =
+            Self::parse(&text).map_err(|source| CardError::Parse { path: name, source })?;
+        let atlas = path.with_file_name(format!(
+            "{}-cubecl-0.11.db",
+            path.file_stem().unwrap_or_default().to_string_lossy()
+        ));
+        card.atlas = atlas.is_file().then_some(atlas);
+        Ok(card)
     }
 
     /// Parses a recorded profile.
