@@ -84,7 +84,6 @@ fn the_h200_advertises_what_cubecl_cuda_0_11_with_llvm_advertises() {
     ));
 }
 
-/// Waits for what the client queued (the dry server runs on its own thread, as cubecl-cuda's).
 /// The H100's properties as the real cubecl-cuda 0.11.3 built them on the GPU
 /// (`repro/cards/h100-cubecl-0.11.json`, `burn022-rerun --card`): the dry derivation from the
 /// card profile gives the same checksum, which CubeCL's kernel and autotune caches key on, and
@@ -124,6 +123,7 @@ fn the_h100_properties_are_the_ones_cubecl_cuda_0_11_built_on_the_gpu() {
     );
 }
 
+/// Waits for what the client queued (the dry server runs on its own thread, as cubecl-cuda's).
 fn sync(client: &cubecl_server::client::Client) {
     cubecl_environment::future::block_on(client.sync()).unwrap();
 }
