@@ -15,13 +15,13 @@ allocator reads it once. The trace is `highwater simulate ... --trace TRACE.json
 """
 
 import argparse
-import datetime
 import json
 import lzma
 import os
-import shlex
 import sys
 import time
+
+from record import header as record_header, stats
 
 
 def read_trace(path):
@@ -32,21 +32,6 @@ def read_trace(path):
             sys.exit(f"{path}: line 1 is not a highwater trace header")
         events = [json.loads(line) for line in f]
     return header, events
-
-
-def stats(torch):
-    s = torch.cuda.memory_stats()
-    return {
-        "allocated": s.get("allocated_bytes.all.current", 0),
-        "reserved": s.get("reserved_bytes.all.current", 0),
-        "released": s.get("reserved_bytes.all.freed", 0),
-        "retries": s.get("num_alloc_retries", 0),
-        "ooms": s.get("num_ooms", 0),
-        "segments": s.get("segment.all.current", 0),
-        "inactive_split": s.get("inactive_split_bytes.all.current", 0),
-        "device_allocs": s.get("num_device_alloc", 0),
-        "device_frees": s.get("num_device_free", 0),
-    }
 
 
 SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
@@ -130,11 +115,7 @@ def main():
         runs[-1]["tenant"] = tenant << 20
         runs[-1]["seconds"] = round(time.time() - t0, 2)
     record = {
-        "command": shlex.join(["python3"] + sys.argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(),
+        **record_header(torch),
         "device_total": total,
         "alloc_conf": a.conf,
         "trace": {k: header[k] for k in ("recipe", "seed", "capacity", "first_step", "last_step")},

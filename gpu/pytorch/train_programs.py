@@ -15,12 +15,12 @@ to do.
 """
 
 import argparse
-import datetime
 import json
 import os
-import shlex
 import sys
 import time
+
+from record import header, stats
 
 
 def build(torch, program, seed):
@@ -171,32 +171,21 @@ def main():
             phase = "loss read"
             value = loss.item()
             del loss
-            s = torch.cuda.memory_stats()
             steps.append({
                 "step": step, "loss": value,
                 "max_allocated": torch.cuda.max_memory_allocated(),
                 "max_reserved": torch.cuda.max_memory_reserved(),
-                "allocated": s["allocated_bytes.all.current"],
-                "reserved": s["reserved_bytes.all.current"],
-                "released": s["reserved_bytes.all.freed"],
-                "retries": s["num_alloc_retries"],
-                "segments": s["segment.all.current"],
-                "inactive_split": s["inactive_split_bytes.all.current"],
+                **stats(torch),
             })
     except torch.OutOfMemoryError as err:
-        s = torch.cuda.memory_stats()
-        oom = {"step": step, "phase": phase, "message": str(err),
-               "allocated": s["allocated_bytes.all.current"],
-               "reserved": s["reserved_bytes.all.current"], "retries": s["num_alloc_retries"]}
+        oom = {"step": step, "phase": phase, "message": str(err), **stats(torch)}
     if a.snapshot:
         torch.cuda.memory._dump_snapshot(a.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
     record = {
-        "command": shlex.join(["python3"] + sys.argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__, "cuda": torch.version.cuda,
+        **header(torch),
         "cudnn": torch.backends.cudnn.version(),
-        "device": torch.cuda.get_device_name(), "device_total": total,
+        "device_total": total,
         "program": a.program, "seed": a.seed, "alloc_conf": a.conf,
         "limit": a.limit, "fraction": fraction,
         "allowed": int(fraction * total) if fraction else None,
