@@ -141,3 +141,36 @@ fn a_record_replays_dry_step_for_step_and_a_changed_figure_is_named() {
     };
     assert_eq!((step, what, gpu - dry), (2, "reserved", 512));
 }
+
+/// The H100's burn 0.22 records (CubeBackend, warm: every pick from the card's store) replayed
+/// dry from the card's profile and store, byte for byte, in use and reserved, at every step.
+/// One process replays them all, so every dry device past the first must take the store's picks
+/// recorded for the GPU's device 0 as its own.
+#[test]
+fn the_h100_records_replay_dry_to_the_byte_from_the_cards_store() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let card = CardProfile::read(&root.join("repro/cards/h100.json")).unwrap();
+    assert!(
+        card.atlas.is_some(),
+        "the card's CubeCL 0.11 store is beside its profile"
+    );
+    let dir = root.join("repro/results/burn-0.22/h100/warm");
+    let mut records: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    records.sort();
+    assert_eq!(records.len(), 5, "{records:?}");
+    for path in records {
+        let record: highwater::conform::NetworkRecord =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let replay = burn022::dry::replay(&record, card.clone(), Default::default()).unwrap();
+        assert_eq!(
+            replay.dry.steps.len(),
+            record.steps.len(),
+            "{}",
+            path.display()
+        );
+        assert_eq!(replay.differences(), vec![], "{}", path.display());
+    }
+}

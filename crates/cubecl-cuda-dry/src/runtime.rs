@@ -11,7 +11,9 @@ use cubecl_core::ir::{ContiguousElements, MmaProperties, TargetProperties};
 use cubecl_core::server::ServerUtilities;
 use cubecl_core::zspace::{Shape, Strides, striding::has_pitched_row_major_strides};
 use cubecl_cpp::cuda::mma::manual::contiguous_elements_cuda;
+use cubecl_environment::config::RuntimeConfig;
 use cubecl_server::allocator::PitchedMemoryLayoutPolicy;
+use cubecl_server::config::CubeClRuntimeConfig;
 use cubecl_server::logging::ServerLogger;
 use cubecl_server::runtime::Runtime;
 
@@ -31,6 +33,9 @@ pub struct CudaRuntime;
 fn private_environment(atlas: Option<&std::path::Path>) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        // CubeCL's configuration, once loaded, points the environment at its own root (and
+        // drops any file mounted before): load it first, so the mount below is the one that holds.
+        let _ = <CubeClRuntimeConfig as RuntimeConfig>::get();
         let file =
             std::env::temp_dir().join(format!("highwater-dry-cubecl-{}.db", std::process::id()));
         // A file left by an earlier process of the same id is not this one's.
@@ -44,12 +49,59 @@ fn private_environment(atlas: Option<&std::path::Path>) {
     });
 }
 
+/// The device a card's store was recorded on: its autotune namespaces name it
+/// (`autotune/<version>/device-0-0-cuda/<operation>`).
+#[cfg(feature = "persistence")]
+const RECORDED_DEVICE: &str = "device-0-0-cuda";
+
+/// Gives a dry device the autotune picks the card's store recorded for the GPU's device 0.
+/// CubeCL keys its tuning by device id, and each dry device has an id of its own (the index
+/// [`crate::dry::register`] gave it), so without this every device past the first would tune
+/// every problem itself (on a dry device: keep the first candidate) instead of taking the
+/// GPU's pick. A pick the device already holds is kept.
+#[cfg(feature = "persistence")]
+fn adopt_recorded_tuning(device_id: DeviceId) {
+    use cubecl_environment::bytes::Bytes;
+    use cubecl_environment::persistence::{Database, Origin};
+    let own = format!("device-{}-{}-cuda", device_id.type_id, device_id.index_id);
+    if own == RECORDED_DEVICE {
+        return;
+    }
+    let Some(database) = Database::open_active() else {
+        return;
+    };
+    for namespace in database.namespaces() {
+        let Some(rest) = namespace.strip_prefix("autotune/") else {
+            continue;
+        };
+        let Some((version, operation)) = rest.split_once(&format!("/{RECORDED_DEVICE}/")) else {
+            continue;
+        };
+        let mut entries = Vec::new();
+        database.scan(&namespace, &mut |key, value| {
+            entries.push((
+                Bytes::from_bytes_vec(key.to_vec()),
+                Bytes::from_bytes_vec(value.to_vec()),
+            ));
+        });
+        let target = format!("autotune/{version}/{own}/{operation}");
+        let summary = database.insert_many(&target, &mut entries.into_iter(), Origin::Imported);
+        if summary.failed > 0 {
+            log::warn!("{target}: {} recorded picks not adopted", summary.failed);
+        }
+    }
+}
+
 impl DeviceService for CudaServer {
     fn init(device_id: DeviceId) -> Self {
         let device = CudaDevice::from_id(device_id);
         let registered = registered(device.index as u16);
         let card = &registered.options.card;
         private_environment(card.atlas.as_deref());
+        #[cfg(feature = "persistence")]
+        if card.atlas.is_some() {
+            adopt_recorded_tuning(device_id);
+        }
         let properties = card.device_properties();
         let mem_properties = card.memory_properties();
         let policy = PitchedMemoryLayoutPolicy::new(properties.memory.alignment as usize);

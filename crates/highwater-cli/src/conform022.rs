@@ -42,6 +42,22 @@ pub(crate) fn conform(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
         let replay = quietly(|| burn022::dry::replay(&record, card.clone(), TieBreak::First))
             .with_context(|| format!("replaying {}", path.display()))?;
         let differences = replay.differences();
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "record": path.display().to_string(),
+                    "differences": differences
+                        .iter()
+                        .map(|(step, what, gpu, dry)| serde_json::json!({
+                            "step": step, "figure": what, "gpu": gpu, "dry": dry,
+                        }))
+                        .collect::<Vec<_>>(),
+                    "gpu_steps": replay.gpu.len(),
+                    "dry_steps": replay.dry.steps.len(),
+                })
+            );
+        }
         let name = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into());
@@ -69,19 +85,21 @@ pub(crate) fn conform(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
             verdict,
         ]);
     }
-    println!(
-        "{}",
-        render(
-            &[
-                ("record (burn 0.22)", Align::Left),
-                ("steps", Align::Right),
-                ("figures off", Align::Right),
-                ("first difference", Align::Left),
-            ],
-            &rows,
-            Rule::Dashed,
-        )
-    );
+    if !a.json {
+        println!(
+            "{}",
+            render(
+                &[
+                    ("record (burn 0.22)", Align::Left),
+                    ("steps", Align::Right),
+                    ("figures off", Align::Right),
+                    ("first difference", Align::Left),
+                ],
+                &rows,
+                Rule::Dashed,
+            )
+        );
+    }
     if missed > 0 {
         bail!(
             "{missed} of {} burn 0.22 records differ from their dry replay",

@@ -1,10 +1,12 @@
 //! `highwater fit MODEL --burn 0.22`: will it fit under burn 0.22? The network trained dry on
 //! burn 0.22's CUDA device, whose pools are CubeCL 0.11's own (`burn022::dry`).
 //!
-//! Kernel choices: CubeCL 0.11 keeps its autotune results in a database no GPU here has filled
-//! yet, so every problem the step tunes is settled by the dry device's miss policy. The answer
-//! is banded over that policy: each problem's leanest candidate, its first, and its hungriest
-//! (`TieBreak`), the prediction being the first.
+//! Kernel choices: CubeCL 0.11 keeps its autotune results in a store. A card profile recorded
+//! with one (`<card>-cubecl-0.11.db` beside it, as `repro/cards/h100.json` has) gives the dry
+//! device the GPU's picks; a problem the store lacks, or every problem on a card without one, is
+//! settled by the dry device's miss policy. The answer is banded over that policy: each such
+//! problem's leanest candidate, its first, and its hungriest (`TieBreak`), the prediction being
+//! the first.
 
 use anyhow::{Result, bail};
 use basics::bytes::show;
@@ -67,7 +69,14 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
         json["reserved_least"] = band.iter().map(|b| b.0).collect::<Vec<_>>().into();
         json["reserved_most"] = band.iter().map(|b| b.1).collect::<Vec<_>>().into();
         json["peak_bytes"] = predicted.peak_bytes.into();
-        json["autotune"] = "miss policy (no CubeCL 0.11 atlas yet)".into();
+        json["autotune"] = match &card.atlas {
+            Some(atlas) => format!(
+                "{} for what it holds, else the miss policy",
+                atlas.display()
+            ),
+            None => "miss policy (the card has no CubeCL 0.11 store)".into(),
+        }
+        .into();
         println!("{json}");
         return Ok(());
     }
@@ -85,10 +94,18 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
         println!("{}", steps_table(predicted, &band));
     }
     println!("{}", verdict(predicted, capacity));
-    println!(
-        "kernel choices: no CubeCL 0.11 autotune atlas yet, so every problem autotune meets was \
-         settled by the dry device's policy; the last column runs it leanest and hungriest"
-    );
+    match &card.atlas {
+        Some(atlas) => println!(
+            "kernel choices: the GPU's, from the card's CubeCL 0.11 store ({}); a problem it \
+             lacks was settled by the dry device's policy, which the last column runs leanest \
+             and hungriest",
+            atlas.display()
+        ),
+        None => println!(
+            "kernel choices: the card has no CubeCL 0.11 store, so every problem autotune meets \
+             was settled by the dry device's policy; the last column runs it leanest and hungriest"
+        ),
+    }
     Ok(())
 }
 
