@@ -28,9 +28,8 @@ pub struct CudaRuntime;
 /// Points CubeCL's environment (its autotune results, throughput measurements and compiled
 /// kernels) at a store of this process's own, once: the dry device's tuning results are a
 /// policy's, not a GPU's timings, and must never land in the project's
-/// `target/environment/default.db`, where a real GPU run would take them for its own. The store
-/// starts as a copy of `atlas`, the first device's card's recorded store, when there is one.
-fn private_environment(atlas: Option<&std::path::Path>) {
+/// `target/environment/default.db`, where a real GPU run would take them for its own.
+fn private_environment() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // CubeCL's configuration, once loaded, points the environment at its own root (and
@@ -40,11 +39,6 @@ fn private_environment(atlas: Option<&std::path::Path>) {
             std::env::temp_dir().join(format!("highwater-dry-cubecl-{}.db", std::process::id()));
         // A file left by an earlier process of the same id is not this one's.
         let _ = std::fs::remove_file(&file);
-        if let Some(atlas) = atlas
-            && let Err(e) = std::fs::copy(atlas, &file)
-        {
-            log::warn!("{}: {e}; the dry device starts untuned", atlas.display());
-        }
         cubecl_environment::environment::load(file);
     });
 }
@@ -54,40 +48,51 @@ fn private_environment(atlas: Option<&std::path::Path>) {
 #[cfg(feature = "persistence")]
 const RECORDED_DEVICE: &str = "device-0-0-cuda";
 
-/// Gives a dry device the autotune picks the card's store recorded for the GPU's device 0.
-/// CubeCL keys its tuning by device id, and each dry device has an id of its own (the index
-/// [`crate::dry::register`] gave it), so without this every device past the first would tune
-/// every problem itself (on a dry device: keep the first candidate) instead of taking the
-/// GPU's pick. A pick the device already holds is kept.
+/// Puts what the card's recorded store (`atlas`) holds into the process's store, for the dry
+/// device `device_id`: the throughput CubeCL measured on the card (keyed by the card's
+/// properties, so any device of the same card reads it), and the autotune picks the GPU's
+/// device 0 made, as this device's own. CubeCL keys its tuning by device id and every dry device
+/// has an id of its own (the index [`crate::dry::register`] gave it); cards differ from device to
+/// device in one process, so each device imports its own card's store when it starts. Without
+/// it the device would probe the card's throughput and tune every problem itself (on a dry
+/// device: keep the first candidate) instead of taking the GPU's measurements and picks. An
+/// entry the process's store already holds is kept.
 #[cfg(feature = "persistence")]
-fn adopt_recorded_tuning(device_id: DeviceId) {
+fn import_atlas(atlas: &std::path::Path, device_id: DeviceId) {
     use cubecl_environment::bytes::Bytes;
-    use cubecl_environment::persistence::{Database, Origin};
-    let own = format!("device-{}-{}-cuda", device_id.type_id, device_id.index_id);
-    if own == RECORDED_DEVICE {
-        return;
-    }
-    let Some(database) = Database::open_active() else {
+    use cubecl_environment::persistence::{Access, Database, Origin};
+    let source = match Database::open_at(atlas, Access::ReadOnly) {
+        Ok(source) => source,
+        Err(e) => {
+            log::warn!("{}: {e}; the dry device starts untuned", atlas.display());
+            return;
+        }
+    };
+    let Some(target) = Database::open_active() else {
         return;
     };
-    for namespace in database.namespaces() {
-        let Some(rest) = namespace.strip_prefix("autotune/") else {
-            continue;
-        };
-        let Some((version, operation)) = rest.split_once(&format!("/{RECORDED_DEVICE}/")) else {
+    let own = format!("device-{}-{}-cuda", device_id.type_id, device_id.index_id);
+    for namespace in source.namespaces() {
+        let into = if namespace.starts_with("throughput/") {
+            namespace.clone()
+        } else if let Some((version, operation)) = namespace
+            .strip_prefix("autotune/")
+            .and_then(|rest| rest.split_once(&format!("/{RECORDED_DEVICE}/")))
+        {
+            format!("autotune/{version}/{own}/{operation}")
+        } else {
             continue;
         };
         let mut entries = Vec::new();
-        database.scan(&namespace, &mut |key, value| {
+        source.scan(&namespace, &mut |key, value| {
             entries.push((
                 Bytes::from_bytes_vec(key.to_vec()),
                 Bytes::from_bytes_vec(value.to_vec()),
             ));
         });
-        let target = format!("autotune/{version}/{own}/{operation}");
-        let summary = database.insert_many(&target, &mut entries.into_iter(), Origin::Imported);
+        let summary = target.insert_many(&into, &mut entries.into_iter(), Origin::Imported);
         if summary.failed > 0 {
-            log::warn!("{target}: {} recorded picks not adopted", summary.failed);
+            log::warn!("{into}: {} recorded entries not imported", summary.failed);
         }
     }
 }
@@ -97,10 +102,10 @@ impl DeviceService for CudaServer {
         let device = CudaDevice::from_id(device_id);
         let registered = registered(device.index as u16);
         let card = &registered.options.card;
-        private_environment(card.atlas.as_deref());
+        private_environment();
         #[cfg(feature = "persistence")]
-        if card.atlas.is_some() {
-            adopt_recorded_tuning(device_id);
+        if let Some(atlas) = &card.atlas {
+            import_atlas(atlas, device_id);
         }
         let properties = card.device_properties();
         let mem_properties = card.memory_properties();
