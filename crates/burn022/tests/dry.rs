@@ -174,3 +174,82 @@ fn the_h100_records_replay_dry_to_the_byte_from_the_cards_store() {
         assert_eq!(replay.differences(), vec![], "{}", path.display());
     }
 }
+
+/// Programs whose problems the card's store has never seen: the H100's records predicted from
+/// the card's throughput alone (every autotune pick taken out of its store), each problem
+/// settled by the dry device's policy. The band over the policies (the first candidate, the
+/// leanest, the hungriest) holds the GPU's bytes reserved at every step; bytes in use stay
+/// within launch metadata after the forward, and after the backward within 2 MiB (a ResNet
+/// backward convolution, settled on another kernel than the GPU's, keeps 1.6 MB more).
+#[test]
+fn without_the_cards_picks_the_band_holds_every_h100_record() {
+    use burn022::dry::{DryPlan, dry_network};
+    use cubecl_cuda::dry::TieBreak;
+    use cubecl_environment_011::persistence::{Access, Database};
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cards = tempfile::tempdir().unwrap();
+    let profile = cards.path().join("h100.json");
+    std::fs::copy(root.join("repro/cards/h100.json"), &profile).unwrap();
+    let store = cards.path().join("h100-cubecl-0.11.db");
+    std::fs::copy(root.join("repro/cards/h100-cubecl-0.11.db"), &store).unwrap();
+    {
+        let database = Database::open_at(&store, Access::ReadWrite).unwrap();
+        for namespace in database.namespaces() {
+            if namespace.starts_with("autotune/") {
+                database.purge(&namespace);
+            }
+        }
+    }
+    let card = CardProfile::read(&profile).unwrap();
+    let dir = root.join("repro/results/burn-0.22/h100/warm");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let record: highwater::conform::NetworkRecord =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut network = Network::parse(&record.model_path, &record.model_toml).unwrap();
+        network = network.with_batch(record.batch).unwrap();
+        let runs: Vec<_> = [TieBreak::First, TieBreak::LeastMemory, TieBreak::MostMemory]
+            .into_iter()
+            .map(|tie_break| {
+                let plan = DryPlan {
+                    tie_break,
+                    seed: record.seed,
+                    ..DryPlan::on(&card, record.steps_asked)
+                };
+                dry_network(&network, &plan, card.clone()).unwrap()
+            })
+            .collect();
+        for (i, gpu) in record.steps.iter().enumerate() {
+            let reserved: Vec<u64> = runs.iter().map(|r| r.steps[i].reserved).collect();
+            let (least, most) = (
+                reserved.iter().min().unwrap(),
+                reserved.iter().max().unwrap(),
+            );
+            let name = path.display();
+            assert!(
+                (*least..=*most).contains(&gpu.reserved),
+                "{name} step {}: GPU {} outside {least}..={most}",
+                gpu.step,
+                gpu.reserved
+            );
+            let predicted = &runs[0].steps[i];
+            let forward = predicted
+                .in_use_after_forward
+                .abs_diff(gpu.in_use_after_forward);
+            let backward = predicted
+                .in_use_after_backward
+                .abs_diff(gpu.in_use_after_backward);
+            assert!(
+                forward < 4096,
+                "{name} step {}: forward off {forward}",
+                gpu.step
+            );
+            assert!(
+                backward < 2 << 20,
+                "{name} step {}: backward off {backward}",
+                gpu.step
+            );
+        }
+    }
+}
