@@ -253,3 +253,75 @@ fn without_the_cards_picks_the_band_holds_every_h100_record() {
         }
     }
 }
+
+/// Five programs written after the card's store was recorded (`heldout/models`), trained on the
+/// H100 from that store, so the GPU met their new problems for the first time and tuned them
+/// as it trained (`heldout/first`): predicted dry from the card's store, the band over the dry
+/// policies holds the GPU's bytes reserved, and bytes in use are within launch metadata of the
+/// prediction. Two steps are run dry: the GPU's steps 3 and 4 repeat its step 2 to the byte.
+#[test]
+fn the_h100_band_holds_programs_its_store_never_saw() {
+    use burn022::dry::{DryPlan, dry_network};
+    use cubecl_cuda::dry::TieBreak;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let card = CardProfile::read(&root.join("repro/cards/h100.json")).unwrap();
+    let dir = root.join("repro/results/burn-0.22/h100/heldout/first");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let record: highwater::conform::NetworkRecord =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let network = Network::parse(&record.model_path, &record.model_toml)
+            .unwrap()
+            .with_batch(record.batch)
+            .unwrap();
+        let runs: Vec<_> = [TieBreak::First, TieBreak::LeastMemory, TieBreak::MostMemory]
+            .into_iter()
+            .map(|tie_break| {
+                let plan = DryPlan {
+                    tie_break,
+                    seed: record.seed,
+                    ..DryPlan::on(&card, 2)
+                };
+                dry_network(&network, &plan, card.clone()).unwrap()
+            })
+            .collect();
+        let name = path.display();
+        let figures = |s: &highwater::conform::MeasuredStep| {
+            (s.in_use_after_forward, s.in_use_after_backward, s.reserved)
+        };
+        assert!(
+            record.steps[2..]
+                .iter()
+                .all(|s| figures(s) == figures(&record.steps[1])),
+            "{name}: the GPU's later steps repeat step 2"
+        );
+        assert_eq!(runs[0].steps.len(), 2, "{name}");
+        for (i, gpu) in record.steps[..2].iter().enumerate() {
+            let reserved: Vec<u64> = runs.iter().map(|r| r.steps[i].reserved).collect();
+            let (least, most) = (
+                reserved.iter().min().unwrap(),
+                reserved.iter().max().unwrap(),
+            );
+            assert!(
+                (*least..=*most).contains(&gpu.reserved),
+                "{name} step {}: GPU {} outside {least}..={most}",
+                gpu.step,
+                gpu.reserved
+            );
+            let predicted = &runs[0].steps[i];
+            for (dry, gpu) in [
+                (predicted.in_use_after_forward, gpu.in_use_after_forward),
+                (predicted.in_use_after_backward, gpu.in_use_after_backward),
+            ] {
+                assert!(
+                    dry.abs_diff(gpu) < 4096,
+                    "{name}: in use {dry} dry, {gpu} GPU"
+                );
+            }
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 5);
+}
