@@ -11,7 +11,7 @@ use burn::tensor::Device;
 use cubecl_cuda::dry::{self, CardProfile, DeviceOptions, OnRefusal, OutOfMemory, TieBreak};
 use highwater::conform::{MeasuredDeath, MeasuredStep};
 use highwater::network::{Network, Precision};
-use highwater::recipe::{Backend, Checkpointing};
+use highwater::recipe::Checkpointing;
 use highwater::run::{Failure, RunReport};
 
 use crate::network::network_step;
@@ -197,8 +197,7 @@ pub fn dry_network(
     if network.precision != Precision::F32 {
         return Err(unsupported(format!("precision {:?}", network.precision)));
     }
-    let fused = network.backend == Backend::Fusion;
-    if fused != cfg!(feature = "fusion") {
+    if !crate::built_for(network.backend) {
         return Err(unsupported(format!(
             "backend {:?} in a build {} burn-fusion",
             network.backend,
@@ -212,6 +211,71 @@ pub fn dry_network(
     Ok(dry_train(card, plan, network.checkpointing, |device| {
         network_step(network, device)
     }))
+}
+
+/// The tie-breaks a band is run over, the prediction's first.
+pub const BAND_POLICIES: [TieBreak; 3] =
+    [TieBreak::First, TieBreak::LeastMemory, TieBreak::MostMemory];
+
+/// A network trained dry once per [`BAND_POLICIES`] tie-break: what the step reserves whatever
+/// kernel autotune keeps for a problem the card's store does not settle.
+#[derive(Debug, Clone)]
+pub struct DryBand {
+    /// The plan of the prediction (the first policy's).
+    pub plan: DryPlan,
+    /// One run per policy, in [`BAND_POLICIES`]' order: the prediction first.
+    pub runs: Vec<DryOutcome>,
+}
+
+impl DryBand {
+    /// The run the answer is given for.
+    pub fn predicted(&self) -> &DryOutcome {
+        &self.runs[0]
+    }
+
+    /// Per step of the prediction, the least and the most bytes reserved over the policies;
+    /// `None` from the step where one of them died.
+    pub fn reserved(&self) -> Vec<Option<(u64, u64)>> {
+        (0..self.predicted().steps.len())
+            .map(|i| {
+                let all: Option<Vec<u64>> = self
+                    .runs
+                    .iter()
+                    .map(|run| run.steps.get(i).map(|s| s.reserved))
+                    .collect();
+                all.map(|v| (*v.iter().min().unwrap_or(&0), *v.iter().max().unwrap_or(&0)))
+            })
+            .collect()
+    }
+}
+
+/// Trains `network` dry on `card` once per [`BAND_POLICIES`] tie-break, `plan` otherwise.
+///
+/// # Errors
+///
+/// What [`dry_network`] refuses.
+pub fn dry_band(
+    network: &Network,
+    plan: &DryPlan,
+    card: &CardProfile,
+) -> Result<DryBand, DryError> {
+    let runs = BAND_POLICIES
+        .iter()
+        .map(|&tie_break| {
+            let plan = DryPlan {
+                tie_break,
+                ..plan.clone()
+            };
+            dry_network(network, &plan, card.clone())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(DryBand {
+        plan: DryPlan {
+            tie_break: BAND_POLICIES[0],
+            ..plan.clone()
+        },
+        runs,
+    })
 }
 
 /// A GPU record of burn 0.22 replayed dry: the same network file, batch, checkpointing, seed and

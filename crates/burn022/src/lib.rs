@@ -17,3 +17,10 @@ pub mod network;
 #[cfg(feature = "cuda")]
 pub mod rerun;
 pub mod train;
+
+/// Whether this build trains `backend` as asked: burn-fusion is a build-wide switch in burn 0.22
+/// (this crate's feature `fusion`), so a fused network needs a fused build and CubeBackend one
+/// without.
+pub fn built_for(backend: highwater::recipe::Backend) -> bool {
+    (backend == highwater::recipe::Backend::Fusion) == cfg!(feature = "fusion")
+}

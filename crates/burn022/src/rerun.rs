@@ -73,7 +73,7 @@ pub fn rerun(
     plan: &RerunPlan,
     build: &str,
 ) -> Result<NetworkRecord, BackendMismatch> {
-    if (network.backend == highwater::recipe::Backend::Fusion) != cfg!(feature = "fusion") {
+    if !crate::built_for(network.backend) {
         return Err(BackendMismatch {
             model_path: model_path.to_string(),
             backend: network.backend,

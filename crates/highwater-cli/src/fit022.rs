@@ -11,8 +11,8 @@
 use anyhow::{Result, bail};
 use basics::bytes::show;
 use basics::text_table::{Align, Rule, render};
-use burn022::dry::{DryOutcome, DryPlan, dry_network};
-use cubecl_cuda_011::dry::{CardProfile, TieBreak};
+use burn022::dry::{DryOutcome, DryPlan, dry_band};
+use cubecl_cuda_011::dry::CardProfile;
 use highwater::network::Network;
 use highwater::recipe::written_name;
 
@@ -20,9 +20,6 @@ use crate::args::{CapArg, CardArg, FitArgs};
 use crate::fit::pools_under_cap;
 use crate::input::quoted_line;
 use crate::quiet::quietly;
-
-/// The tie-breaks the band is run over, the prediction's first.
-const POLICIES: [TieBreak; 3] = [TieBreak::First, TieBreak::LeastMemory, TieBreak::MostMemory];
 
 /// Answers `fit` for a network file under burn 0.22.
 pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
@@ -35,39 +32,29 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
         CardArg::Bytes(bytes) => CardProfile::read(&a.chip)?.with_memory(*bytes),
     };
     let capacity = capacity(a, &card)?;
-    let runs = POLICIES
-        .iter()
-        .map(|&tie_break| {
-            let plan = DryPlan {
-                seed: a.seed,
-                capacity,
-                tie_break,
-                ..DryPlan::on(&card, a.steps)
-            };
-            let outcome = quietly(|| dry_network(&network, &plan, card.clone()))?;
-            Ok((plan, outcome))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let (plan, predicted) = &runs[0];
-    let report = predicted.report(origin, plan);
-    // Per step, the least and the most bytes reserved over the policies (None once one died).
-    let band: Vec<(Option<u64>, Option<u64>)> = (0..report.reserved.len())
-        .map(|i| {
-            let all: Option<Vec<u64>> = runs
-                .iter()
-                .map(|(_, o)| o.steps.get(i).map(|s| s.reserved))
-                .collect();
-            all.map_or((None, None), |v| {
-                (v.iter().min().copied(), v.iter().max().copied())
-            })
-        })
-        .collect();
+    let plan = DryPlan {
+        seed: a.seed,
+        capacity,
+        ..DryPlan::on(&card, a.steps)
+    };
+    let band = quietly(|| dry_band(&network, &plan, &card))?;
+    let predicted = band.predicted();
+    let report = predicted.report(origin, &band.plan);
+    let reserved = band.reserved();
     if a.json {
         let mut json = serde_json::to_value(&report)?;
         json["burn"] = "0.22.1".into();
         json["cubecl"] = "0.11.3".into();
-        json["reserved_least"] = band.iter().map(|b| b.0).collect::<Vec<_>>().into();
-        json["reserved_most"] = band.iter().map(|b| b.1).collect::<Vec<_>>().into();
+        json["reserved_least"] = reserved
+            .iter()
+            .map(|b| b.map(|b| b.0))
+            .collect::<Vec<_>>()
+            .into();
+        json["reserved_most"] = reserved
+            .iter()
+            .map(|b| b.map(|b| b.1))
+            .collect::<Vec<_>>()
+            .into();
         json["peak_bytes"] = predicted.peak_bytes.into();
         json["autotune"] = match &card.atlas {
             Some(atlas) => format!(
@@ -91,7 +78,7 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
         network.batch
     );
     if !predicted.steps.is_empty() {
-        println!("{}", steps_table(predicted, &band));
+        println!("{}", steps_table(predicted, &reserved));
     }
     println!("{}", verdict(predicted, capacity));
     match &card.atlas {
@@ -142,21 +129,23 @@ fn capacity(a: &FitArgs, card: &CardProfile) -> Result<u64> {
 }
 
 /// One row per step: the prediction's figures and the band's edges.
-fn steps_table(predicted: &DryOutcome, band: &[(Option<u64>, Option<u64>)]) -> String {
+fn steps_table(predicted: &DryOutcome, band: &[Option<(u64, u64)>]) -> String {
     let rows: Vec<Vec<String>> = predicted
         .steps
         .iter()
         .zip(band)
-        .map(|(s, (least, most))| {
+        .map(|(s, range)| {
             vec![
                 s.step.to_string(),
                 show(s.in_use_after_forward),
                 show(s.in_use_after_backward),
                 show(s.reserved),
-                match (least, most) {
-                    (Some(l), Some(m)) if l != m => format!("{} … {}", show(*l), show(*m)),
-                    (Some(_), Some(_)) => "the same".into(),
-                    _ => "(died)".into(),
+                match range {
+                    Some((least, most)) if least != most => {
+                        format!("{} … {}", show(*least), show(*most))
+                    }
+                    Some(_) => "the same".into(),
+                    None => "(died)".into(),
                 },
             ]
         })

@@ -49,8 +49,9 @@ pub struct CardProfile {
     /// CubeCL 0.11's environment store as a GPU run of this card left it
     /// (`target/environment/default.db`), kept beside the profile as
     /// `<profile>-cubecl-0.11.db`: autotune's picks and the throughput probes' measurements.
-    /// A dry device starts from it, so it settles problems as that GPU did and probes nothing:
-    /// a probe times its kernels, which take no time here.
+    /// A dry device imports it when it starts, so it settles problems as that GPU did and
+    /// probes nothing: a probe times its kernels by the wall clock, which a dry launch cannot
+    /// give it.
     #[serde(skip)]
     pub atlas: Option<std::path::PathBuf>,
 }
