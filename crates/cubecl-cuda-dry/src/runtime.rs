@@ -108,6 +108,8 @@ impl DeviceService for CudaServer {
             import_atlas(atlas, device_id);
         }
         let properties = card.device_properties();
+        let unmeasured = crate::dry::throughput::answer_unmeasured(&properties);
+        log::debug!("{unmeasured} throughput keys the card's store lacks run without a bound");
         let mem_properties = card.memory_properties();
         let policy = PitchedMemoryLayoutPolicy::new(properties.memory.alignment as usize);
         let (utilities, captures) = ServerUtilities::init(

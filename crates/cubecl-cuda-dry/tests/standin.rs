@@ -123,6 +123,47 @@ fn the_h100_properties_are_the_ones_cubecl_cuda_0_11_built_on_the_gpu() {
     );
 }
 
+/// A dry device never probes the card's throughput (a probe times its kernel by the wall clock,
+/// and on a dry device grows until it panics with its buffers held): once it has started, every
+/// key CubeCL 0.11 can ask is answered, among them each of the 20 the H100 measured in its
+/// store (the launch, f32 arithmetic, copies from 8 KiB to 1 GiB), and on a card without a store
+/// each answer is "no peak", which tunes without a roofline bound.
+#[test]
+fn a_started_device_answers_every_throughput_key_the_gpu_measured_without_probing() {
+    use cubecl_server::throughput::{
+        MemoryAccess, MemorySpec, ThroughputCache, ThroughputKey, ThroughputMode, ThroughputValue,
+    };
+    let card = CardProfile::read(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../repro/cards/h100.json"
+    )))
+    .expect("card");
+    let bare = CardProfile {
+        atlas: None,
+        ..card
+    };
+    let properties = bare.device_properties();
+    let keys = dry::throughput::keys(&properties);
+    let f32 = cubecl_core_011::ir::ElemType::Float(cubecl_core_011::ir::FloatKind::F32);
+    let mut measured = vec![
+        ThroughputMode::Launch,
+        ThroughputMode::ComputeDirect { dtype: f32 },
+    ];
+    measured.extend(
+        (13..=30).map(|log| ThroughputMode::Memory(MemorySpec::new(MemoryAccess::Copy, 1 << log))),
+    );
+    for mode in measured {
+        assert!(keys.contains(&ThroughputKey { mode }), "{mode:?}");
+    }
+    let device = device(bare);
+    sync(&CudaRuntime::client(&device));
+    let cache = ThroughputCache::get_for_device("cuda", &properties);
+    let cache = cache.lock();
+    for key in &keys {
+        assert_eq!(cache.get(key), Some(&ThroughputValue::ZERO), "{key:?}");
+    }
+}
+
 /// Waits for what the client queued (the dry server runs on its own thread, as cubecl-cuda's).
 fn sync(client: &cubecl_server::client::Client) {
     cubecl_environment::future::block_on(client.sync()).unwrap();

@@ -4,6 +4,7 @@
 pub mod card;
 pub mod devices;
 pub mod memory;
+pub mod throughput;
 
 pub use card::{CardError, CardProfile};
 pub use devices::{DeviceOptions, TieBreak, memory, register};
