@@ -18,7 +18,7 @@ use crate::network::network_step;
 use crate::train::{Refused, Trainer, TrainingStep};
 
 /// How to run dry: how long, and on how much of the card.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DryPlan {
     /// Training steps.
     pub steps: u64,
@@ -46,7 +46,7 @@ impl DryPlan {
 }
 
 /// A dry run's measurements.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DryOutcome {
     /// Every step completed (up to the death, excluded).
     pub steps: Vec<MeasuredStep>,
@@ -219,7 +219,7 @@ pub const BAND_POLICIES: [TieBreak; 3] =
 
 /// A network trained dry once per [`BAND_POLICIES`] tie-break: what the step reserves whatever
 /// kernel autotune keeps for a problem the card's store does not settle.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DryBand {
     /// The plan of the prediction (the first policy's).
     pub plan: DryPlan,

@@ -13,6 +13,8 @@ extern crate cubecl_cuda_011 as cubecl_cuda;
 
 #[cfg(feature = "dry")]
 pub mod dry;
+#[cfg(feature = "dry")]
+pub mod fused;
 pub mod network;
 #[cfg(feature = "cuda")]
 pub mod rerun;

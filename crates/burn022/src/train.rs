@@ -53,7 +53,7 @@ pub fn pool_usage(device: &Device) -> Result<PoolUsage, String> {
 pub type Refusals = Box<dyn FnMut() -> Vec<u64>>;
 
 /// A page the device refused, placed in the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Refused {
     /// 1-based step.
     pub step: u64,

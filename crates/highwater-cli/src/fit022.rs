@@ -11,7 +11,8 @@
 use anyhow::{Result, bail};
 use basics::bytes::show;
 use basics::text_table::{Align, Rule, render};
-use burn022::dry::{DryOutcome, DryPlan, dry_band};
+use burn022::dry::{DryBand, DryOutcome, DryPlan, dry_band};
+use burn022::fused::{self, BandRequest};
 use cubecl_cuda_011::dry::CardProfile;
 use highwater::network::Network;
 use highwater::recipe::written_name;
@@ -37,7 +38,11 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
         capacity,
         ..DryPlan::on(&card, a.steps)
     };
-    let band = quietly(|| dry_band(&network, &plan, &card))?;
+    let band = if burn022::built_for(network.backend) {
+        quietly(|| dry_band(&network, &plan, &card))?
+    } else {
+        fused_band(a, origin, text, &network, plan)?
+    };
     let predicted = band.predicted();
     let report = predicted.report(origin, &band.plan);
     let reserved = band.reserved();
@@ -94,6 +99,32 @@ pub(crate) fn fit(a: &FitArgs, origin: &str, text: &str) -> Result<()> {
         ),
     }
     Ok(())
+}
+
+/// The band of a burn-fusion network, from the fused build beside this executable
+/// (`burn022::fused`): burn 0.22 switches fusion on for a whole build, and this one is without.
+fn fused_band(
+    a: &FitArgs,
+    origin: &str,
+    text: &str,
+    network: &Network,
+    plan: DryPlan,
+) -> Result<DryBand> {
+    let (card, total_bytes) = match &a.card {
+        CardArg::Profile(path) => (path.clone(), None),
+        CardArg::Bytes(bytes) => (a.chip.clone(), Some(*bytes)),
+    };
+    let request = BandRequest {
+        origin: origin.to_string(),
+        text: text.to_string(),
+        batch: network.batch,
+        checkpointing: network.checkpointing,
+        card,
+        total_bytes,
+        plan,
+    };
+    let binary = std::env::current_exe()?.with_file_name(fused::BINARY);
+    Ok(fused::band_from(&binary, &request)?)
 }
 
 /// The network file with the command line's batch, backend and checkpointing.

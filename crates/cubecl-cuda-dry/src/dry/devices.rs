@@ -16,7 +16,7 @@ use super::memory::{DeviceMemory, OnRefusal};
 
 /// How the dry device settles a problem autotune has to time: nothing runs, so a candidate's
 /// time is a policy, and the tuner keeps the candidate with the least.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum TieBreak {
     /// Every candidate takes no time: the tuner keeps the first that launched.
     #[default]

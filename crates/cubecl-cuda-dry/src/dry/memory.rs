@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A device allocation the card could not have made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutOfMemory {
     /// The page the pool asked the driver for (what `IoError::OutOfMemory` carries).
     pub page: u64,
@@ -15,7 +15,7 @@ pub struct OutOfMemory {
 }
 
 /// What a page the card cannot hold becomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum OnRefusal {
     /// Refused as `cuMemAlloc` refuses it (`IoError::OutOfMemory`): cubecl-server's command then
     /// reclaims and retries once, and a second refusal taints the tensor, as on the GPU.
