@@ -13,7 +13,7 @@ use highwater::network::Network;
 use highwater::recipe::{Backend, Checkpointing};
 use serde::{Deserialize, Serialize};
 
-use crate::dry::{DryBand, DryError, DryPlan, dry_band};
+use crate::dry::{DryBand, DryError, DryPlan, dry_band, dry_network};
 
 /// The fused build's binary (`src/bin/burn022-fused-band.rs`).
 pub const BINARY: &str = "burn022-fused-band";
@@ -40,6 +40,8 @@ pub struct BandRequest {
     pub total_bytes: Option<u64>,
     /// How long, and on how much of the card.
     pub plan: DryPlan,
+    /// Every policy of the band ([`crate::dry::BAND_POLICIES`]), or only the plan's.
+    pub band: bool,
 }
 
 /// Why a fused network got no band.
@@ -144,5 +146,12 @@ pub fn answer(request: &BandRequest) -> Result<DryBand, FusedError> {
     if let Some(bytes) = request.total_bytes {
         card = card.with_memory(bytes);
     }
-    Ok(dry_band(&network, &request.plan, &card)?)
+    if request.band {
+        return Ok(dry_band(&network, &request.plan, &card)?);
+    }
+    let run = dry_network(&network, &request.plan, card)?;
+    Ok(DryBand {
+        plan: request.plan.clone(),
+        runs: vec![run],
+    })
 }

@@ -25,6 +25,7 @@ const FAMILIES: [&str; 6] = [
     "[mlp]\ninputs = 20\nhidden = 32\nn_layers = 2\nclasses = 10",
 ];
 
+#[cfg(not(feature = "fusion"))]
 #[test]
 fn every_family_trains_dry_with_the_parameters_its_file_counts_and_the_same_bytes_twice() {
     let card = CardProfile::h200();
@@ -57,6 +58,7 @@ fn every_family_trains_dry_with_the_parameters_its_file_counts_and_the_same_byte
     }
 }
 
+#[cfg(not(feature = "fusion"))]
 #[test]
 fn a_card_too_small_kills_the_run_where_its_page_is_refused() {
     let card = CardProfile::h200();
@@ -113,6 +115,7 @@ fn the_template_program_runs_dry_unchanged_and_prints_its_pools_per_step() {
 /// A record replays step for step: a dry run written as a GPU record would be (the network file,
 /// batch, seed, steps) replays to the same figures, and a figure changed in the record is the
 /// one `differences` names.
+#[cfg(not(feature = "fusion"))]
 #[test]
 fn a_record_replays_dry_step_for_step_and_a_changed_figure_is_named() {
     let card = CardProfile::h200();
@@ -146,6 +149,7 @@ fn a_record_replays_dry_step_for_step_and_a_changed_figure_is_named() {
 /// dry from the card's profile and store, byte for byte, in use and reserved, at every step.
 /// One process replays them all, so every dry device past the first must take the store's picks
 /// recorded for the GPU's device 0 as its own.
+#[cfg(not(feature = "fusion"))]
 #[test]
 fn the_h100_records_replay_dry_to_the_byte_from_the_cards_store() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -182,6 +186,7 @@ fn the_h100_records_replay_dry_to_the_byte_from_the_cards_store() {
 /// every step of every record; bytes in use stay within launch metadata after the forward, and
 /// after the backward within 2 MiB (a ResNet backward convolution, settled on another kernel
 /// than the GPU's, keeps 1.6 MB more).
+#[cfg(not(feature = "fusion"))]
 #[test]
 fn on_a_card_without_a_store_the_band_holds_every_h100_record() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -204,6 +209,7 @@ fn on_a_card_without_a_store_the_band_holds_every_h100_record() {
 /// as it trained (`heldout/first`): predicted dry from the card's store, the band over the dry
 /// policies holds the GPU's bytes reserved, and bytes in use are within launch metadata of the
 /// prediction. Two steps are run dry: the GPU's steps 3 and 4 repeat its step 2 to the byte.
+#[cfg(not(feature = "fusion"))]
 #[test]
 fn the_h100_band_holds_programs_its_store_never_saw() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -283,5 +289,101 @@ fn band_holds(
             "{name} step {}: backward off {backward}",
             gpu.step
         );
+    }
+}
+
+/// burn 0.22 switches burn-fusion on for a whole build: a fused network is trained by the fused
+/// build's binary, and where it is not built the answer says how to build it, naming the file.
+#[test]
+fn a_fused_network_without_the_fused_build_names_the_command_that_builds_it() {
+    let card = CardProfile::h200();
+    let request = burn022::fused::BandRequest {
+        origin: "tiny.toml".into(),
+        text: String::new(),
+        batch: 3,
+        checkpointing: highwater::recipe::Checkpointing::None,
+        card: "repro/cards/h200.json".into(),
+        total_bytes: None,
+        plan: DryPlan::on(&card, 1),
+        band: true,
+    };
+    let missing = std::path::Path::new("/nonexistent").join(burn022::fused::BINARY);
+    let err = burn022::fused::band_from(&missing, &request)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("tiny.toml: "), "{err}");
+    assert!(err.contains(burn022::fused::BUILD), "{err}");
+}
+
+/// burn-fusion's records on the H100 (`h100/fusion`, the network files on burn-fusion, warm from
+/// the card's store, three runs each): each replayed dry from the card's store by the fused
+/// build's binary, in a process of its own as `conform` runs it (dry runs one after another in
+/// one process drift by up to 320 B in use: some state CubeCL keeps per process is shared).
+/// Bytes reserved are the GPU's at every step of every run; bytes in use are within 256 B of
+/// each run (the GPU's own runs differ by up to 216 B: launch metadata of the fused kernels).
+#[cfg(feature = "fusion")]
+#[test]
+fn the_h100_fusion_records_replay_dry_from_the_cards_store() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let profile = root.join("repro/cards/h100.json");
+    let card = CardProfile::read(&profile).unwrap();
+    let fusion = root.join("repro/results/burn-0.22/h100/fusion");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(fusion.join("warm")).unwrap() {
+        let name = entry.unwrap().file_name();
+        let (record, _) = record_and_network(&fusion.join("warm").join(&name));
+        let request = burn022::fused::BandRequest {
+            origin: record.model_path.clone(),
+            text: record.model_toml.clone(),
+            batch: record.batch,
+            checkpointing: record.checkpointing,
+            card: profile.clone(),
+            total_bytes: None,
+            plan: DryPlan {
+                seed: record.seed,
+                ..DryPlan::on(&card, record.steps_asked)
+            },
+            band: false,
+        };
+        let binary = std::path::Path::new(env!("CARGO_BIN_EXE_burn022-fused-band"));
+        let band = burn022::fused::band_from(binary, &request).unwrap();
+        let dry = &band.predicted().steps;
+        for run in ["warm", "repeats/run-2", "repeats/run-3"] {
+            let (gpu, _) = record_and_network(&fusion.join(run).join(&name));
+            assert_eq!(gpu.steps.len(), dry.len());
+            for (g, d) in gpu.steps.iter().zip(dry) {
+                let at = format!("{run}/{} step {}", name.display(), g.step);
+                assert_eq!(g.reserved, d.reserved, "{at}");
+                let off = |gpu: u64, dry: u64| dry as i64 - gpu as i64;
+                let forward = off(g.in_use_after_forward, d.in_use_after_forward);
+                let backward = off(g.in_use_after_backward, d.in_use_after_backward);
+                assert!(
+                    forward.abs() <= 256 && backward.abs() <= 256,
+                    "{at}: {forward} {backward}"
+                );
+            }
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 6);
+}
+
+/// burn-fusion on a card without a store, against the GPU's first runs (`h100/fusion/first`,
+/// which tuned every fused problem as they trained): the band holds bytes reserved at every
+/// step, bytes in use as on CubeBackend.
+#[cfg(feature = "fusion")]
+#[test]
+fn on_a_card_without_a_store_the_fused_band_holds_the_h100s_first_runs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cards = tempfile::tempdir().unwrap();
+    let profile = cards.path().join("h100.json");
+    std::fs::copy(root.join("repro/cards/h100.json"), &profile).unwrap();
+    let card = CardProfile::read(&profile).unwrap();
+    let dir = root.join("repro/results/burn-0.22/h100/fusion/first");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let (record, network) = record_and_network(&path);
+        let name = path.display().to_string();
+        band_holds(&name, &network, &record, &record.steps, &card, 2 << 20);
     }
 }

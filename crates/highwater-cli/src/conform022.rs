@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use basics::bytes::show;
 use basics::text_table::{Align, Rule, render};
+use burn022::dry::{DryPlan, Replay};
+use burn022::fused::{self, BandRequest};
 use cubecl_cuda_011::dry::{CardProfile, TieBreak};
 use highwater::conform::NetworkRecord;
 
@@ -31,6 +33,35 @@ pub(crate) fn all_burn_022(files: &[PathBuf]) -> Result<bool> {
     Ok(any)
 }
 
+/// Replays `record` dry with the prediction's policy: in this build, or a burn-fusion record in
+/// the fused build beside this executable (`burn022::fused`).
+fn replay(a: &ConformArgs, card: &CardProfile, record: &NetworkRecord) -> Result<Replay> {
+    if burn022::built_for(record.backend) {
+        return Ok(quietly(|| {
+            burn022::dry::replay(record, card.clone(), TieBreak::First)
+        })?);
+    }
+    let request = BandRequest {
+        origin: record.model_path.clone(),
+        text: record.model_toml.clone(),
+        batch: record.batch,
+        checkpointing: record.checkpointing,
+        card: a.card.clone(),
+        total_bytes: None,
+        plan: DryPlan {
+            seed: record.seed,
+            ..DryPlan::on(card, record.steps_asked)
+        },
+        band: false,
+    };
+    let binary = std::env::current_exe()?.with_file_name(fused::BINARY);
+    let band = fused::band_from(&binary, &request)?;
+    Ok(Replay {
+        gpu: record.steps.clone(),
+        dry: band.predicted().clone(),
+    })
+}
+
 /// Replays each record dry and prints, per record, whether every step matched and where not.
 pub(crate) fn conform(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     let card = CardProfile::read(&a.card)?;
@@ -39,8 +70,8 @@ pub(crate) fn conform(a: &ConformArgs, files: &[PathBuf]) -> Result<()> {
     let mut missed = 0;
     for path in files {
         let record: NetworkRecord = read_record(path)?;
-        let replay = quietly(|| burn022::dry::replay(&record, card.clone(), TieBreak::First))
-            .with_context(|| format!("replaying {}", path.display()))?;
+        let replay =
+            replay(a, &card, &record).with_context(|| format!("replaying {}", path.display()))?;
         let differences = replay.differences();
         if a.json {
             println!(

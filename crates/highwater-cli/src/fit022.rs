@@ -122,6 +122,7 @@ fn fused_band(
         card,
         total_bytes,
         plan,
+        band: true,
     };
     let binary = std::env::current_exe()?.with_file_name(fused::BINARY);
     Ok(fused::band_from(&binary, &request)?)

@@ -324,3 +324,34 @@ fn fit_refuses_a_wave_recipe_under_burn_0_22() {
         text(&out.stderr)
     );
 }
+
+/// A network on burn-fusion under burn 0.22, which switches fusion on for a whole build: `fit`
+/// trains it in the fused build beside this executable where that is built (its table, as for
+/// CubeBackend), and otherwise names the command that builds it.
+#[test]
+fn fit_under_burn_0_22_runs_burn_fusion_in_its_own_build_or_says_how_to_build_it() {
+    let fused = std::path::Path::new(env!("CARGO_BIN_EXE_highwater"))
+        .with_file_name(burn022::fused::BINARY);
+    let out = highwater(&[
+        "fit",
+        "repro/models/mlp.toml",
+        "--backend",
+        "fusion",
+        "--card",
+        "1GiB",
+        "--steps",
+        "2",
+    ]);
+    if fused.is_file() {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains("| fusion |"), "{stdout}");
+        assert!(stdout.contains("burn 0.22 (CubeCL 0.11)"), "{stdout}");
+        assert!(stdout.contains("\nfits: "), "{stdout}");
+    } else {
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(burn022::fused::BUILD), "{stderr}");
+        assert!(stderr.contains("repro/models/mlp.toml"), "{stderr}");
+    }
+}
