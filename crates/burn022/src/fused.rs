@@ -44,6 +44,31 @@ pub struct BandRequest {
     pub band: bool,
 }
 
+impl BandRequest {
+    /// The request that replays `record` (made by `burn022-rerun`) on the card profiled at
+    /// `profile`, `card`: the record's network file, batch, checkpointing, seed and steps, the
+    /// prediction's policy only.
+    pub fn replaying(
+        record: &highwater::conform::NetworkRecord,
+        profile: &Path,
+        card: &CardProfile,
+    ) -> Self {
+        Self {
+            origin: record.model_path.clone(),
+            text: record.model_toml.clone(),
+            batch: record.batch,
+            checkpointing: record.checkpointing,
+            card: profile.to_path_buf(),
+            total_bytes: None,
+            plan: DryPlan {
+                seed: record.seed,
+                ..DryPlan::on(card, record.steps_asked)
+            },
+            band: false,
+        }
+    }
+}
+
 /// Why a fused network got no band.
 #[derive(Debug, thiserror::Error)]
 pub enum FusedError {

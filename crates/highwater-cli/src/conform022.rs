@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use basics::bytes::show;
 use basics::text_table::{Align, Rule, render};
-use burn022::dry::{DryPlan, Replay};
+use burn022::dry::Replay;
 use burn022::fused::{self, BandRequest};
 use cubecl_cuda_011::dry::{CardProfile, TieBreak};
 use highwater::conform::NetworkRecord;
@@ -41,19 +41,7 @@ fn replay(a: &ConformArgs, card: &CardProfile, record: &NetworkRecord) -> Result
             burn022::dry::replay(record, card.clone(), TieBreak::First)
         })?);
     }
-    let request = BandRequest {
-        origin: record.model_path.clone(),
-        text: record.model_toml.clone(),
-        batch: record.batch,
-        checkpointing: record.checkpointing,
-        card: a.card.clone(),
-        total_bytes: None,
-        plan: DryPlan {
-            seed: record.seed,
-            ..DryPlan::on(card, record.steps_asked)
-        },
-        band: false,
-    };
+    let request = BandRequest::replaying(record, &a.card, card);
     let binary = std::env::current_exe()?.with_file_name(fused::BINARY);
     let band = fused::band_from(&binary, &request)?;
     Ok(Replay {
