@@ -3,7 +3,7 @@
 //! burn 0.22 turns fusion on for a whole build (burn-dispatch's `Device::Cuda` is fused or not),
 //! so one binary cannot train both backends. `highwater` is built without it; for a network that
 //! asks for burn-fusion it runs [`BINARY`], built from this crate with its feature `fusion`
-//! beside `highwater` (see [`BUILD`]), hands it a [`BandRequest`] on stdin and reads the
+//! beside `highwater` (see [`build_command`]), hands it a [`BandRequest`] on stdin and reads the
 //! [`DryBand`] back as JSON from its stdout.
 
 use std::path::{Path, PathBuf};
@@ -18,10 +18,24 @@ use crate::dry::{DryBand, DryError, DryPlan, dry_band, dry_network};
 /// The fused build's binary (`src/bin/burn022-fused-band.rs`).
 pub const BINARY: &str = "burn022-fused-band";
 
-/// The command that builds [`BINARY`] beside a release `highwater` (for a debug one, drop
-/// `--release`). It compiles burn 0.22 once more, with fusion: about 6 minutes on two cores.
+/// The command that builds [`BINARY`] beside a debug `highwater` ([`build_command`] adds
+/// `--release` for a release one). It compiles burn 0.22 once more, with fusion: about 10
+/// minutes on two cores.
 pub const BUILD: &str =
-    "cargo build --release --locked -p burn022 --features fusion --bin burn022-fused-band";
+    "cargo build --locked -p burn022 --features fusion --bin burn022-fused-band";
+
+/// [`BUILD`] for the profile whose folder holds `binary` (`target/release/…` or `target/debug/…`).
+pub fn build_command(binary: &Path) -> String {
+    let release = binary
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|folder| folder == "release");
+    if release {
+        BUILD.replacen("--locked", "--release --locked", 1)
+    } else {
+        BUILD.to_string()
+    }
+}
 
 /// A network to train dry on burn-fusion: the file as written and what the command line changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -75,7 +89,8 @@ pub enum FusedError {
     /// The fused build is not beside this one.
     #[error(
         "{network}: burn-fusion on burn 0.22 needs a build of its own (burn 0.22 switches fusion \
-         on for a whole build), and {} is not there: build it with `{BUILD}`", binary.display()
+         on for a whole build), and {} is not there: build it with `{}`", binary.display(),
+        build_command(binary)
     )]
     NotBuilt {
         /// The network file.

@@ -313,6 +313,8 @@ fn a_fused_network_without_the_fused_build_names_the_command_that_builds_it() {
         .to_string();
     assert!(err.starts_with("tiny.toml: "), "{err}");
     assert!(err.contains(burn022::fused::BUILD), "{err}");
+    let release = std::path::Path::new("target/release").join(burn022::fused::BINARY);
+    assert!(burn022::fused::build_command(&release).starts_with("cargo build --release --locked"));
 }
 
 /// burn-fusion's records on the H100 (`h100/fusion`, the network files on burn-fusion, warm from
