@@ -189,19 +189,7 @@ fn the_h100_records_replay_dry_to_the_byte_from_the_cards_store() {
 #[cfg(not(feature = "fusion"))]
 #[test]
 fn on_a_card_without_a_store_the_band_holds_every_h100_record() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cards = tempfile::tempdir().unwrap();
-    let profile = cards.path().join("h100.json");
-    std::fs::copy(root.join("repro/cards/h100.json"), &profile).unwrap();
-    let card = CardProfile::read(&profile).unwrap();
-    assert!(card.atlas.is_none());
-    let dir = root.join("repro/results/burn-0.22/h100/warm");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let (record, network) = record_and_network(&path);
-        let name = path.display().to_string();
-        band_holds(&name, &network, &record, &record.steps, &card, 2 << 20);
-    }
+    without_a_store_the_band_holds("repro/results/burn-0.22/h100/warm", 5);
 }
 
 /// Five programs written after the card's store was recorded (`heldout/models`), trained on the
@@ -233,6 +221,26 @@ fn the_h100_band_holds_programs_its_store_never_saw() {
         seen += 1;
     }
     assert_eq!(seen, 5);
+}
+
+/// Holds every record of `records` (a folder under the repository, `count` of them) to its band on the H100's
+/// profile without the store recorded beside it, every step, bytes in use after the backward
+/// within 2 MiB (see [`band_holds`]).
+fn without_a_store_the_band_holds(records: &str, count: usize) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let card = CardProfile {
+        atlas: None,
+        ..CardProfile::read(&root.join("repro/cards/h100.json")).unwrap()
+    };
+    let mut seen = 0;
+    for entry in std::fs::read_dir(root.join(records)).unwrap() {
+        let path = entry.unwrap().path();
+        let (record, network) = record_and_network(&path);
+        let name = path.display().to_string();
+        band_holds(&name, &network, &record, &record.steps, &card, 2 << 20);
+        seen += 1;
+    }
+    assert_eq!(seen, count, "{records}");
 }
 
 /// A GPU record and its network file, at the record's batch.
@@ -364,16 +372,5 @@ fn the_h100_fusion_records_replay_dry_from_the_cards_store() {
 #[cfg(feature = "fusion")]
 #[test]
 fn on_a_card_without_a_store_the_fused_band_holds_the_h100s_first_runs() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cards = tempfile::tempdir().unwrap();
-    let profile = cards.path().join("h100.json");
-    std::fs::copy(root.join("repro/cards/h100.json"), &profile).unwrap();
-    let card = CardProfile::read(&profile).unwrap();
-    let dir = root.join("repro/results/burn-0.22/h100/fusion/first");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let (record, network) = record_and_network(&path);
-        let name = path.display().to_string();
-        band_holds(&name, &network, &record, &record.steps, &card, 2 << 20);
-    }
+    without_a_store_the_band_holds("repro/results/burn-0.22/h100/fusion/first", 6);
 }
