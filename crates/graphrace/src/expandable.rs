@@ -7,21 +7,25 @@
 //!   the large ([`SMALL_SEGMENT`], [`LARGE_SEGMENT`]). Bytes reserved are the pages mapped.
 //! - **Rounding and halves** as without the option ([`Request`]): 512 B, small up to 1 MiB.
 //! - **Best fit** among the mapped free blocks, smallest then lowest address (`get_free_block`),
-//!   and **splitting** whenever at least 512 B remain (`should_split` with the option on, in
+//!   except that a block is weighed by what it could grow to (its size plus the unmapped run
+//!   after it) and passed over for the next one in that order that could grow to less; and
+//!   **splitting** whenever at least 512 B remain (`should_split` with the option on, in
 //!   both halves). A freed block merges with free mapped neighbours (`try_merge_blocks`); the
 //!   segment is one run of address space, so blocks that would have been separate segments
 //!   merge.
 //! - **Mapping** (`find_expandable_block`, `map_block`). When no mapped free block fits, the
 //!   lowest unmapped block that, with the free block just below it and the blocks after it,
 //!   spans the request is mapped, page by page, as far as the request needs.
-//! - **Full device** (`release_cached_blocks` → `unmap_block`). When the pages do not fit under
-//!   the limit, every whole page inside a free block is unmapped, then the mapping is tried once
-//!   more; then it is out of memory ([`OutOfMemory`]).
+//! - **Full device** (`release_cached_blocks` → `unmap_block`). The limit is checked against
+//!   the segment the request would get without the option (`alloc_size`: 2 MiB, 20 MiB, or the
+//!   request rounded to 2 MiB), not the pages it maps. When that does not fit, every whole page
+//!   inside a free block is unmapped, then it is checked once more; then it is out of memory
+//!   ([`OutOfMemory`], whose `tried` is that segment, as PyTorch's message prints it).
 //!
 //! One stream's use of another stream's block (`record_stream`) is not modelled: Part III
 //! replays one stream.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, Request, SMALL_SEGMENT, Size};
@@ -43,6 +47,8 @@ enum State {
 #[derive(Clone, Debug)]
 struct Segment {
     blocks: BTreeMap<u64, (u64, State)>,
+    /// The free blocks as `(size, offset)`: the order of PyTorch's free set within one stream.
+    free: BTreeSet<(u64, u64)>,
     page: u64,
 }
 
@@ -50,8 +56,28 @@ impl Segment {
     fn new(page: u64) -> Segment {
         Segment {
             blocks: BTreeMap::from([(0, (SEGMENT_SPAN, State::Unmapped))]),
+            free: BTreeSet::new(),
             page,
         }
+    }
+
+    /// Sets the block at `at`, keeping the free set in step.
+    fn put(&mut self, at: u64, size: u64, state: State) {
+        if let Some((old, State::Free)) = self.blocks.insert(at, (size, state)) {
+            self.free.remove(&(old, at));
+        }
+        if state == State::Free {
+            self.free.insert((size, at));
+        }
+    }
+
+    /// Removes the block at `at`, keeping the free set in step.
+    fn cut(&mut self, at: u64) -> (u64, State) {
+        let (size, state) = self.blocks.remove(&at).expect("a block starts there");
+        if state == State::Free {
+            self.free.remove(&(size, at));
+        }
+        (size, state)
     }
 
     /// Merges the block at `at` with neighbours of its state (never used ones); returns where
@@ -62,26 +88,38 @@ impl Segment {
         if let Some((&prev, &(psize, pstate))) = self.blocks.range(..at).next_back()
             && pstate == state
         {
-            self.blocks.remove(&at);
+            self.cut(at);
             (at, size) = (prev, psize + size);
         }
         if let Some(&(nsize, nstate)) = self.blocks.get(&(at + size))
             && nstate == state
         {
-            self.blocks.remove(&(at + size));
+            self.cut(at + size);
             size += nsize;
         }
-        self.blocks.insert(at, (size, state));
+        self.put(at, size, state);
         at
     }
 
-    /// The mapped free block that fits `size` best.
+    /// The mapped free block that fits `size` best (`get_free_block`): the smallest, then the
+    /// lowest, except that a block is weighed by what it could grow to, its size plus the
+    /// unmapped run after it, and passed over while the next block in the free set's order
+    /// could grow to less. So the block at the segment's mapped end is kept for requests
+    /// nothing else fits.
     fn best_fit(&self, size: u64) -> Option<u64> {
-        self.blocks
-            .iter()
-            .filter(|(_, (s, state))| *state == State::Free && *s >= size)
-            .min_by_key(|(at, (s, _))| (*s, **at))
-            .map(|(&at, _)| at)
+        let grows = |&(s, at): &(u64, u64)| match self.blocks.get(&(at + s)) {
+            Some(&(unmapped, State::Unmapped)) => s + unmapped,
+            _ => s,
+        };
+        let mut fits = self.free.range((size, 0)..);
+        let mut best = fits.next()?;
+        for next in fits {
+            if grows(next) >= grows(best) {
+                break;
+            }
+            best = next;
+        }
+        Some(best.1)
     }
 
     /// Where to map for `size` bytes and how many bytes of pages that maps: the lowest
@@ -129,9 +167,9 @@ impl Segment {
             let (ns, nstate) = self.blocks[&next];
             if nstate == State::Unmapped {
                 let map = (size - (next - start)).min(ns).next_multiple_of(self.page);
-                self.blocks.insert(next, (map, State::Free));
+                self.put(next, map, State::Free);
                 if ns > map {
-                    self.blocks.insert(next + map, (ns - map, State::Unmapped));
+                    self.put(next + map, ns - map, State::Unmapped);
                 }
             }
             assert_ne!(
@@ -160,14 +198,14 @@ impl Segment {
             if hi <= lo {
                 continue;
             }
-            self.blocks.remove(&at);
+            self.cut(at);
             if lo > at {
-                self.blocks.insert(at, (lo - at, State::Free));
+                self.put(at, lo - at, State::Free);
             }
             if at + s > hi {
-                self.blocks.insert(hi, (at + s - hi, State::Free));
+                self.put(hi, at + s - hi, State::Free);
             }
-            self.blocks.insert(lo, (hi - lo, State::Unmapped));
+            self.put(lo, hi - lo, State::Unmapped);
             self.merge(lo);
             unmapped += hi - lo;
         }
@@ -212,15 +250,17 @@ impl ExpandablePool {
         let at = match seg.best_fit(size) {
             Some(at) => at,
             None => {
+                // The cap is checked against the segment the request would get without the
+                // option (`alloc_block` reads `alloc_size`), not the pages it maps.
                 let mut released = 0;
-                if !self.usage.fits(seg.expansion(size).1) {
+                if !self.usage.fits(request.segment) {
                     released = self.release_cached();
+                }
+                if !self.usage.fits(request.segment) {
+                    return Err(self.usage.refusal(request.segment, bytes, released));
                 }
                 let seg = self.segments.get_mut(&key).expect("made above");
                 let (start, pages) = seg.expansion(size);
-                if !self.usage.fits(pages) {
-                    return Err(self.usage.refusal(pages, bytes, released));
-                }
                 self.usage.reserve(pages);
                 seg.map(start, size)
             }
@@ -229,12 +269,12 @@ impl ExpandablePool {
         let (block, state) = seg.blocks[&at];
         debug_assert!(state == State::Free && block >= size);
         let kept = if block - size >= MIN_BLOCK {
-            seg.blocks.insert(at + size, (block - size, State::Free));
+            seg.put(at + size, block - size, State::Free);
             size
         } else {
             block
         };
-        seg.blocks.insert(at, (kept, State::Used));
+        seg.put(at, kept, State::Used);
         self.usage.hand_out(kept);
         let base = Self::base(stream, class);
         Ok(base + at..base + at + kept)
@@ -256,7 +296,7 @@ impl ExpandablePool {
         let (size, state) = seg.blocks[&at];
         assert_eq!(state, State::Used, "block at {addr:#x} freed twice");
         self.usage.take_back(size);
-        seg.blocks.insert(at, (size, State::Free));
+        seg.put(at, size, State::Free);
         seg.merge(at);
     }
 
@@ -330,22 +370,55 @@ mod tests {
 
     #[test]
     fn a_full_device_unmaps_the_free_tail_then_retries() {
-        let mut pool = ExpandablePool::with_limit(60 * MIB);
+        let mut pool = ExpandablePool::with_limit(70 * MIB);
         let a = pool.try_alloc(30 * MIB, Main).unwrap();
         let b = pool.try_alloc(10 * MIB, Side).unwrap();
         assert_eq!(pool.usage().reserved(), 40 * MIB + 20 * MIB);
         pool.free(b.start);
-        // Main needs 30 MiB more: its 10 MiB free tail plus one 20 MiB page; the device is
-        // full, so Side's free page is unmapped first.
+        // Main's 30 MiB would be its 10 MiB free tail plus one 20 MiB page, but the limit is
+        // checked against the 30 MiB segment it would get without the option: 60 + 30 > 70,
+        // so Side's free page is unmapped first, and 40 + 30 fits.
         let c = pool.try_alloc(30 * MIB, Main).unwrap();
         assert_eq!(c.start, a.end);
         assert_eq!(pool.usage().released(), 20 * MIB);
         assert_eq!(pool.usage().reserved(), 60 * MIB);
-        let err = pool.try_alloc(MIB * 2, Side).unwrap_err();
+        let err = pool.try_alloc(12 * MIB, Side).unwrap_err();
         assert_eq!(
             (err.tried, err.reserved, err.allocated),
-            (20 * MIB, 60 * MIB, 60 * MIB)
+            (12 * MIB, 60 * MIB, 60 * MIB)
         );
+    }
+
+    #[test]
+    fn the_limit_reads_the_requests_segment_not_the_pages_it_would_map() {
+        let mut pool = ExpandablePool::with_limit(60 * MIB);
+        pool.try_alloc(22 * MIB, Main).unwrap();
+        assert_eq!(pool.usage().reserved(), 40 * MIB, "18 MiB free at the end");
+        // 30 MiB more needs one more page (40 + 20 = 60, within the limit), but PyTorch
+        // checks 40 + 30 > 60 and refuses, naming the 30 MiB segment.
+        let err = pool.try_alloc(30 * MIB, Main).unwrap_err();
+        assert_eq!((err.tried, err.reserved), (30 * MIB, 40 * MIB));
+    }
+
+    #[test]
+    fn best_fit_keeps_the_block_at_the_mapped_end_for_what_nothing_else_fits() {
+        let mut pool = ExpandablePool::with_limit(u64::MAX);
+        let a = pool.try_alloc(8 * MIB, Main).unwrap();
+        let _b = pool.try_alloc(2 * MIB, Main).unwrap();
+        let _c = pool.try_alloc(6 * MIB, Main).unwrap();
+        pool.free(a.start);
+        // Free: a's 8 MiB and the 4 MiB at the mapped end of the first page. By size alone
+        // 3 MiB fits the end block best; it could grow into the unmapped space, so a's
+        // block, which could grow to less, is taken.
+        let d = pool.try_alloc(3 * MIB, Main).unwrap();
+        assert_eq!(d.start, a.start);
+        // 5 MiB: a's remaining 5 MiB, not the end block; nothing new mapped.
+        let e = pool.try_alloc(5 * MIB, Main).unwrap();
+        assert_eq!(e.start, d.end);
+        assert_eq!(pool.usage().reserved(), 20 * MIB);
+        // 4 MiB: only the end block fits.
+        let f = pool.try_alloc(4 * MIB, Main).unwrap();
+        assert_eq!(f.start, 16 * MIB + a.start);
     }
 
     #[test]

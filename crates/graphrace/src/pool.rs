@@ -36,7 +36,7 @@
 //! step nor Part III's training step reaches them: garbage collection and the other
 //! `PYTORCH_CUDA_ALLOC_CONF` options.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use crate::program::Stream;
@@ -155,10 +155,17 @@ struct Block {
     state: State,
 }
 
+/// A free block's place in the search for a fit: PyTorch keeps each half's free blocks in a
+/// set ordered by stream, size, address (`BlockComparatorSize`), so the first at or after
+/// `(half, stream, request, 0)` is the best fit.
+type FreeKey = (Size, Stream, u64, u64);
+
 /// The pool's blocks by address.
 #[derive(Clone, Debug)]
 pub struct Pool {
     blocks: BTreeMap<u64, Block>,
+    /// Every block in state [`State::Free`], as [`FreeKey`]s.
+    free: BTreeSet<FreeKey>,
     next_segment_at: u64,
     segments: u32,
     rules: Rules,
@@ -171,6 +178,7 @@ impl Default for Pool {
     fn default() -> Pool {
         Pool {
             blocks: BTreeMap::new(),
+            free: BTreeSet::new(),
             next_segment_at: 0,
             segments: 0,
             rules: Rules::default(),
@@ -221,13 +229,11 @@ impl Pool {
         let request = Request::under(self.rules, bytes);
         let (size, class) = (request.rounded, request.class);
         let best = self
-            .blocks
-            .iter()
-            .filter(|(_, b)| {
-                b.state == State::Free && b.stream == stream && b.class == class && b.size >= size
-            })
-            .min_by_key(|(addr, b)| (b.size, **addr))
-            .map(|(addr, _)| *addr);
+            .free
+            .range((class, stream, size, 0)..)
+            .next()
+            .filter(|&&(c, s, _, _)| c == class && s == stream)
+            .map(|&(_, _, _, addr)| addr);
         let addr = match best {
             Some(addr) => addr,
             None => {
@@ -242,6 +248,7 @@ impl Pool {
             }
         };
         let block = self.blocks.get_mut(&addr).expect("a free block was found");
+        self.free.remove(&key(addr, block));
         let rest = block.size - size;
         let split = request.splits(block.size);
         block.state = State::Used;
@@ -253,6 +260,7 @@ impl Pool {
                 ..*block
             };
             self.blocks.insert(addr + size, tail);
+            self.free.insert(key(addr + size, &tail));
         }
         let size = self.blocks[&addr].size;
         self.usage.hand_out(size);
@@ -310,11 +318,14 @@ impl Pool {
         }
     }
 
+    /// Merges the block at `addr`, just made free, with its free neighbours of the same
+    /// segment, and files the merged block among the free ones.
     fn merge_around(&mut self, addr: u64) {
         let mut addr = addr;
         if let Some((&prev, p)) = self.blocks.range(..addr).next_back() {
             let b = self.blocks[&addr];
             if p.state == State::Free && p.segment == b.segment && prev + p.size == addr {
+                self.free.remove(&key(prev, p));
                 self.blocks.get_mut(&prev).expect("just seen").size += b.size;
                 self.blocks.remove(&addr);
                 addr = prev;
@@ -325,9 +336,11 @@ impl Pool {
             && next.state == State::Free
             && next.segment == b.segment
         {
+            self.free.remove(&key(addr + b.size, &next));
             self.blocks.get_mut(&addr).expect("just seen").size += next.size;
             self.blocks.remove(&(addr + b.size));
         }
+        self.free.insert(key(addr, &self.blocks[&addr]));
     }
 
     /// Gives back to the device every segment that is one free block, whole (PyTorch's
@@ -341,7 +354,8 @@ impl Pool {
             .collect();
         let mut released = 0;
         for (addr, segment) in whole {
-            self.blocks.remove(&addr);
+            let block = self.blocks.remove(&addr).expect("listed above");
+            self.free.remove(&key(addr, &block));
             released += self.held.remove(&segment).expect("listed above");
         }
         self.usage.give_back(released);
@@ -357,6 +371,11 @@ impl Pool {
     pub fn reset_peaks(&mut self) {
         self.usage.reset_peaks();
     }
+}
+
+/// `block` at `addr` as the free set orders it.
+fn key(addr: u64, block: &Block) -> FreeKey {
+    (block.class, block.stream, block.size, addr)
 }
 
 #[cfg(test)]

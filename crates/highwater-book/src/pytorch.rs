@@ -4,6 +4,8 @@
 //! [`graphrace::expandable`] for `expandable_segments:True`). Same requests, PyTorch's rules:
 //! what `torch.cuda` would have reported, step by step, and the error it would have raised.
 
+pub mod record;
+
 use std::collections::HashMap;
 
 use crate::BookError;
@@ -92,6 +94,10 @@ pub struct StepFigures {
     pub max_reserved: u64,
     /// Bytes free-and-retry had given back to the device by the step's end, since the start.
     pub released: u64,
+    /// `memory_allocated()` at the step's end (or at the refusal).
+    pub allocated: u64,
+    /// `memory_reserved()` at the step's end (or at the refusal).
+    pub reserved: u64,
 }
 
 /// The request PyTorch could not serve.
@@ -99,6 +105,10 @@ pub struct StepFigures {
 pub struct Oom {
     /// The step it came in.
     pub step: u64,
+    /// The request's place in the trace (its event's index, the trace's `seq`).
+    pub seq: usize,
+    /// The tensor's bytes.
+    pub bytes: u64,
     /// The tensor that asked, and the op that made it.
     pub tensor: String,
     /// See [`Oom::tensor`].
@@ -135,10 +145,12 @@ pub fn replay(trace: &MemTrace, conf: Conf, limit: u64) -> Replay {
                 max_allocated,
                 max_reserved,
                 released: allocator.usage().released(),
+                allocated: allocator.usage().allocated(),
+                reserved: allocator.usage().reserved(),
             });
         }
     };
-    for e in &trace.events {
+    for (seq, e) in trace.events.iter().enumerate() {
         if e.step != step {
             close(&mut allocator, step, &mut steps);
             step = e.step;
@@ -154,6 +166,8 @@ pub fn replay(trace: &MemTrace, conf: Conf, limit: u64) -> Replay {
                         let label = trace.label(e);
                         let oom = Oom {
                             step,
+                            seq,
+                            bytes: e.bytes,
                             tensor: label.tensor.clone(),
                             op: label.op.clone(),
                             error,

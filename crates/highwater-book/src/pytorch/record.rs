@@ -1,0 +1,250 @@
+//! Real PyTorch's caching allocator, recorded (`repro/results/pytorch/replay`): a highwater
+//! trace replayed request by request through `torch.empty` on a GPU, capped under one
+//! `PYTORCH_CUDA_ALLOC_CONF` for each of several tenants (`gpu/pytorch/replay_trace.py`), and
+//! the model ([`super::replay`]) held to it figure by figure.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{Conf, Replay};
+use crate::BookError;
+
+/// One `replay_trace.py` record: a trace, one allocator setting, one run per tenant.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ReplayRecord {
+    /// The command that wrote it.
+    pub command: String,
+    /// `torch.__version__`.
+    pub torch: String,
+    /// The GPU.
+    pub device: String,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as it was set ("" for the default).
+    pub alloc_conf: String,
+    /// Which highwater trace was replayed.
+    pub trace: TraceSource,
+    /// One run per tenant, in the order they ran (each from an emptied cache).
+    pub runs: Vec<TorchRun>,
+}
+
+/// The trace a record replayed: `highwater simulate --recipe RECIPE --seed SEED --trace-steps
+/// FIRST..LAST`, whose header these are.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TraceSource {
+    /// The recipe file, from the repository's root.
+    pub recipe: String,
+    /// The release jitter's seed.
+    pub seed: u64,
+    /// The pool capacity the trace's card had (its tenants' limits are this less the tenant).
+    pub capacity: u64,
+    /// The first traced step.
+    pub first_step: u64,
+    /// The last traced step.
+    pub last_step: u64,
+}
+
+/// One capped run.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TorchRun {
+    /// Another process's bytes: the run's limit is the trace's capacity less these.
+    pub tenant: u64,
+    /// What `set_per_process_memory_fraction` let the allocator hold: c10's
+    /// `size_t(fraction * total)`, a few bytes from capacity less tenant.
+    pub allowed: u64,
+    /// Per step, peaks reset at its start; the step that raised is the last.
+    pub steps: Vec<TorchStep>,
+    /// The first `OutOfMemoryError`, if one was raised.
+    pub oom: Option<TorchOom>,
+}
+
+/// `torch.cuda`'s figures for one step.
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub struct TorchStep {
+    /// 1-based step.
+    pub step: u64,
+    /// `max_memory_allocated()`.
+    pub max_allocated: u64,
+    /// `max_memory_reserved()`.
+    pub max_reserved: u64,
+    /// `memory_allocated()` at the step's end.
+    pub allocated: u64,
+    /// `memory_reserved()` at the step's end.
+    pub reserved: u64,
+    /// `reserved_bytes.all.freed`: what the allocator had given back, over the run.
+    pub released: u64,
+    /// `num_alloc_retries`.
+    pub retries: u64,
+}
+
+/// The request PyTorch refused.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TorchOom {
+    /// Its step.
+    pub step: u64,
+    /// Its event's index in the trace.
+    pub seq: usize,
+    /// The tensor's bytes.
+    pub bytes: u64,
+    /// The message, as `str(err)`.
+    pub message: String,
+    /// `torch.cuda`'s figures just after it was raised.
+    pub at: TorchAt,
+}
+
+/// `torch.cuda`'s figures at a refusal.
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub struct TorchAt {
+    /// `memory_allocated()`.
+    pub allocated: u64,
+    /// `memory_reserved()`, after what free-and-retry gave back.
+    pub reserved: u64,
+}
+
+impl TorchRun {
+    /// Whether the run's refusal, if any, was the cap's: the allocator refuses when what it
+    /// holds plus the request's segment (`alloc_size`) passes what it is allowed. A refusal
+    /// below that came from the card itself, full with other processes' memory: a record of
+    /// the card, not of the allocator.
+    pub fn refused_by_the_card(&self) -> bool {
+        self.oom.as_ref().is_some_and(|oom| {
+            let segment = graphrace::pool::Request::new(oom.bytes).segment;
+            oom.at.reserved + segment <= self.allowed
+        })
+    }
+}
+
+impl ReplayRecord {
+    /// Reads a record, plain JSON or xz-compressed (`.xz`).
+    pub fn read(path: &Path) -> Result<ReplayRecord, BookError> {
+        let name = path.display().to_string();
+        let raw = std::fs::read(path).map_err(|source| BookError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        let json = if path.extension().is_some_and(|e| e == "xz") {
+            let mut out = Vec::new();
+            lzma_rs::xz_decompress(&mut raw.as_slice(), &mut out).map_err(|e| {
+                BookError::Parse {
+                    path: name.clone(),
+                    reason: format!("not xz: {e}"),
+                }
+            })?;
+            out
+        } else {
+            raw
+        };
+        serde_json::from_slice(&json).map_err(|e| BookError::Parse {
+            path: name,
+            reason: e.to_string(),
+        })
+    }
+
+    /// The model's layout for the record's setting, or `None` for a setting it has no rules
+    /// for yet.
+    pub fn conf(&self) -> Option<Conf> {
+        match self.alloc_conf.as_str() {
+            "" => Some(Conf::Default),
+            "expandable_segments:True" => Some(Conf::Expandable),
+            _ => None,
+        }
+    }
+}
+
+/// One figure where the model and PyTorch part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The step (the refused request's, for the outcome).
+    pub step: u64,
+    /// Which figure.
+    pub figure: &'static str,
+    /// PyTorch's.
+    pub torch: u64,
+    /// The model's.
+    pub model: u64,
+}
+
+/// Every figure of `run` the model's `replay` of the same trace does not reproduce: per step
+/// the peaks, the end-of-step bytes and what was given back; then the outcome (the step and
+/// request refused, or that none was). Empty when the model is PyTorch on this run.
+pub fn mismatches(run: &TorchRun, replay: &Replay) -> Vec<Mismatch> {
+    let mut out = Vec::new();
+    for (torch, model) in run.steps.iter().zip(&replay.steps) {
+        let figures = [
+            ("max_memory_allocated", torch.max_allocated, model.max_allocated),
+            ("max_memory_reserved", torch.max_reserved, model.max_reserved),
+            ("memory_allocated", torch.allocated, model.allocated),
+            ("memory_reserved", torch.reserved, model.reserved),
+            ("bytes given back", torch.released, model.released),
+        ];
+        for (figure, t, m) in figures {
+            if t != m {
+                out.push(Mismatch {
+                    step: torch.step,
+                    figure,
+                    torch: t,
+                    model: m,
+                });
+            }
+        }
+    }
+    if run.steps.len() != replay.steps.len() {
+        out.push(Mismatch {
+            step: 0,
+            figure: "steps",
+            torch: run.steps.len() as u64,
+            model: replay.steps.len() as u64,
+        });
+    }
+    let refused = |seq: Option<usize>| seq.map_or(u64::MAX, |s| s as u64);
+    let (t, m) = (
+        refused(run.oom.as_ref().map(|o| o.seq)),
+        refused(replay.oom.as_ref().map(|o| o.seq)),
+    );
+    if t != m {
+        out.push(Mismatch {
+            step: run.oom.as_ref().map_or(0, |o| o.step),
+            figure: "request refused (trace seq; none: max)",
+            torch: t,
+            model: m,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Book;
+
+    #[test]
+    #[ignore]
+    fn explore() {
+        let book = Book::repository();
+        for path in book.files("repro/results/pytorch/replay", "xz").unwrap() {
+            let record = ReplayRecord::read(&path).unwrap();
+            let Some(conf) = record.conf() else { continue };
+            if conf == Conf::Default { continue; }
+            let t = &record.trace;
+            let name = t.recipe.trim_start_matches("repro/recipes/").trim_end_matches(".toml");
+            let recipe = book.recipe(name).unwrap();
+            let t0 = std::time::Instant::now();
+            let (_, trace) =
+                highwater::run::simulate_traced(&recipe, t.seed, t.first_step..=t.last_step).unwrap();
+            println!("simulate {:?}", t0.elapsed());
+            for run in &record.runs {
+                let t0 = std::time::Instant::now();
+                let replay = super::super::replay(&trace, conf, run.allowed);
+                println!("replay {:?}", t0.elapsed());
+                let m = mismatches(run, &replay);
+                if run.refused_by_the_card() { println!("card-refused"); }
+                println!(
+                    "{} tenant {} MiB: {} mismatches; first {:?}",
+                    path.file_name().unwrap().to_string_lossy(),
+                    run.tenant >> 20,
+                    m.len(),
+                    m.iter().take(3).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+}
