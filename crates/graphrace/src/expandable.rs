@@ -28,8 +28,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
-use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, Request, SMALL_SEGMENT, Size};
+use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, Request, Rules, SMALL_SEGMENT, Size};
 use crate::program::Stream;
+use crate::rounding::Divisions;
 use crate::usage::{OutOfMemory, Usage};
 
 /// Address space of one segment: far more than any card (PyTorch reserves the card's memory
@@ -217,6 +218,7 @@ impl Segment {
 #[derive(Clone, Debug)]
 pub struct ExpandablePool {
     segments: BTreeMap<(Stream, Size), Segment>,
+    divisions: Divisions,
     usage: Usage,
 }
 
@@ -225,8 +227,14 @@ impl ExpandablePool {
     pub fn with_limit(limit: u64) -> ExpandablePool {
         ExpandablePool {
             segments: BTreeMap::new(),
+            divisions: Divisions::default(),
             usage: Usage::under(limit),
         }
+    }
+
+    /// The pool with `roundup_power2_divisions` set.
+    pub fn with_divisions(self, divisions: Divisions) -> ExpandablePool {
+        ExpandablePool { divisions, ..self }
     }
 
     fn base(stream: Stream, class: Size) -> u64 {
@@ -236,7 +244,7 @@ impl ExpandablePool {
 
     /// A block for `bytes` on `stream`, or why the device could not map the pages for one.
     pub fn try_alloc(&mut self, bytes: u64, stream: Stream) -> Result<Range<u64>, OutOfMemory> {
-        let request = Request::new(bytes);
+        let request = Request::rounded(Rules::PyTorch, self.divisions, bytes);
         let (size, class) = (request.rounded, request.class);
         let page = match class {
             Size::Small => SMALL_SEGMENT,

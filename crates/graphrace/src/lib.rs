@@ -26,6 +26,7 @@ pub mod program;
 pub mod rates;
 pub mod replay;
 mod rng;
+pub mod rounding;
 pub mod step;
 pub mod suite;
 pub mod usage;

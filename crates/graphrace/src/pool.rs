@@ -36,10 +36,11 @@
 //! step nor Part III's training step reaches them: garbage collection and the other
 //! `PYTORCH_CUDA_ALLOC_CONF` options.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 
 use crate::program::Stream;
+use crate::rounding::Divisions;
 use crate::usage::{OutOfMemory, Usage};
 
 const MIB: u64 = 1 << 20;
@@ -108,7 +109,12 @@ impl Request {
 
     /// [`Request::new`] under `rules`.
     pub fn under(rules: Rules, bytes: u64) -> Request {
-        let rounded = bytes.max(1).next_multiple_of(MIN_BLOCK);
+        Request::rounded(rules, Divisions::default(), bytes)
+    }
+
+    /// [`Request::under`] with `roundup_power2_divisions` set.
+    pub fn rounded(rules: Rules, divisions: Divisions, bytes: u64) -> Request {
+        let rounded = divisions.round(bytes);
         let class = if rounded <= SMALL_LIMIT {
             Size::Small
         } else {
@@ -171,6 +177,10 @@ pub struct Pool {
     rules: Rules,
     /// Segment sizes by segment number, while the pool holds them.
     held: BTreeMap<u32, u64>,
+    /// Where the driver put each new segment, when a GPU's record says so (see
+    /// [`Pool::place_segments`]).
+    placed: VecDeque<(u64, u64)>,
+    divisions: Divisions,
     usage: Usage,
 }
 
@@ -183,6 +193,8 @@ impl Default for Pool {
             segments: 0,
             rules: Rules::default(),
             held: BTreeMap::new(),
+            placed: VecDeque::new(),
+            divisions: Divisions::default(),
             usage: Usage::under(u64::MAX),
         }
     }
@@ -226,7 +238,7 @@ impl Pool {
     /// that fits best, else a new segment, else (past the limit) the cached segments given
     /// back and a new segment tried once more.
     pub fn try_alloc(&mut self, bytes: u64, stream: Stream) -> Result<Range<u64>, OutOfMemory> {
-        let request = Request::under(self.rules, bytes);
+        let request = Request::rounded(self.rules, self.divisions, bytes);
         let (size, class) = (request.rounded, request.class);
         let best = self
             .free
@@ -267,10 +279,32 @@ impl Pool {
         Ok(addr..addr + size)
     }
 
+    /// The pool with `roundup_power2_divisions` set.
+    pub fn with_divisions(self, divisions: Divisions) -> Pool {
+        Pool { divisions, ..self }
+    }
+
+    /// Puts the next segments where a GPU's driver put them: `(address, bytes)` in the order
+    /// `cudaMalloc` returned them (a memory snapshot's `segment_alloc` events). Best fit breaks
+    /// ties by address, so where the driver puts a segment can decide which block a request
+    /// gets; left alone, the pool lays segments out one after another. A segment whose size
+    /// is not the next one's ends the placing: the pool has parted from the GPU's.
+    pub fn place_segments(&mut self, segments: impl IntoIterator<Item = (u64, u64)>) {
+        self.placed = segments.into_iter().collect();
+        self.next_segment_at = self.placed.iter().map(|(a, b)| a + b).max().unwrap_or(0);
+    }
+
     fn new_segment(&mut self, request: Request, stream: Stream) -> u64 {
         let (bytes, class) = (request.segment, request.class);
-        let addr = self.next_segment_at;
-        self.next_segment_at += bytes;
+        let addr = match self.placed.pop_front() {
+            Some((addr, size)) if size == bytes => addr,
+            _ => {
+                self.placed.clear();
+                let addr = self.next_segment_at;
+                self.next_segment_at += bytes;
+                addr
+            }
+        };
         self.segments += 1;
         self.held.insert(self.segments, bytes);
         self.usage.reserve(bytes);

@@ -14,6 +14,7 @@ use cell_output::Table;
 use graphrace::Stream;
 use graphrace::expandable::ExpandablePool;
 use graphrace::pool::{LARGE_SEGMENT, MIN_LARGE_ALLOC, Pool, ROUND_LARGE};
+use graphrace::rounding::Divisions;
 use graphrace::usage::{OutOfMemory, Usage};
 use highwater::RunReport;
 use highwater::memtrace::{Action, MemTrace};
@@ -38,16 +39,40 @@ impl Conf {
     }
 }
 
+/// An allocator setting the model covers: the layout, and `roundup_power2_divisions`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setting {
+    /// Segments per `cudaMalloc`, or expandable.
+    pub layout: Conf,
+    /// How requests are rounded.
+    pub divisions: Divisions,
+}
+
+impl From<Conf> for Setting {
+    fn from(layout: Conf) -> Setting {
+        Setting {
+            layout,
+            divisions: Divisions::default(),
+        }
+    }
+}
+
 enum Allocator {
     Default(Pool),
     Expandable(ExpandablePool),
 }
 
 impl Allocator {
-    fn new(conf: Conf, limit: u64) -> Allocator {
-        match conf {
-            Conf::Default => Allocator::Default(Pool::with_limit(limit)),
-            Conf::Expandable => Allocator::Expandable(ExpandablePool::with_limit(limit)),
+    fn new(setting: Setting, limit: u64, placed: &[(u64, u64)]) -> Allocator {
+        match setting.layout {
+            Conf::Default => {
+                let mut pool = Pool::with_limit(limit).with_divisions(setting.divisions);
+                pool.place_segments(placed.iter().copied());
+                Allocator::Default(pool)
+            }
+            Conf::Expandable => Allocator::Expandable(
+                ExpandablePool::with_limit(limit).with_divisions(setting.divisions),
+            ),
         }
     }
 
@@ -133,7 +158,20 @@ pub struct Replay {
 /// `limit` bytes. Every request of the trace is made, a refused one included (the program
 /// asked for it; CubeCL's refusal is its pool's, not PyTorch's).
 pub fn replay(trace: &MemTrace, conf: Conf, limit: u64) -> Replay {
-    let mut allocator = Allocator::new(conf, limit);
+    replay_placed(trace, conf.into(), limit, &[])
+}
+
+/// [`replay`] under any [`Setting`], with the default layout's segments where a GPU's driver put them (`(address,
+/// bytes)` in `cudaMalloc`'s order, [`Pool::place_segments`]); the expandable layout's one
+/// segment per stream and half needs no placing.
+pub fn replay_placed(
+    trace: &MemTrace,
+    setting: Setting,
+    limit: u64,
+    placed: &[(u64, u64)],
+) -> Replay {
+    let conf = setting.layout;
+    let mut allocator = Allocator::new(setting, limit, placed);
     let mut at: HashMap<u64, u64> = HashMap::new();
     let mut steps = Vec::new();
     let mut step = 0;
