@@ -28,13 +28,16 @@
 //!   (`needs_events_deferred_until_no_capture`): no request of the capture gets it.
 //! - **Free and retry.** With a device limit ([`Pool::with_limit`]), a new segment that would
 //!   pass it first makes the pool give back every cached segment that is one free block
-//!   (`release_cached_blocks`; `release_available_cached_blocks` does nothing while
-//!   `max_split_size` is unlimited), then try once more; only then is it out of memory
+//!   (`release_cached_blocks`), then try once more; only then is it out of memory
 //!   ([`OutOfMemory`]). A segment with any block in use is never given back.
+//! - **Options** (`PYTORCH_CUDA_ALLOC_CONF`): `roundup_power2_divisions`
+//!   ([`Pool::with_divisions`], [`crate::rounding`]), `max_split_size_mb`
+//!   ([`Pool::with_max_split`]: oversize blocks, and `release_available_cached_blocks` before
+//!   the give-back) and `garbage_collection_threshold` ([`Pool::with_gc_threshold`]). Where
+//!   the driver puts a segment decides ties of best fit: [`Pool::place_segments`] takes a
+//!   GPU's addresses.
 //!
-//! Expandable segments are [`crate::expandable`]. Left out, because neither Part II's decode
-//! step nor Part III's training step reaches them: garbage collection and the other
-//! `PYTORCH_CUDA_ALLOC_CONF` options.
+//! Expandable segments are [`crate::expandable`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
@@ -159,6 +162,9 @@ struct Block {
     class: Size,
     segment: u32,
     state: State,
+    /// Its half's lookups when it last became free (`gc_count_base`): its age for garbage
+    /// collection is the lookups since.
+    freed_at: u64,
 }
 
 /// A free block's place in the search for a fit: PyTorch keeps each half's free blocks in a
@@ -181,6 +187,13 @@ pub struct Pool {
     /// [`Pool::place_segments`]).
     placed: VecDeque<(u64, u64)>,
     divisions: Divisions,
+    /// `max_split_size_mb` in bytes (`u64::MAX`: unset).
+    max_split: u64,
+    /// `garbage_collection_threshold`, when set (it acts only under a limit).
+    gc_threshold: Option<f64>,
+    /// Lookups for a free block per half (`get_free_blocks_call_count`), counted while
+    /// garbage collection is on.
+    lookups: [u64; 2],
     usage: Usage,
 }
 
@@ -195,6 +208,9 @@ impl Default for Pool {
             held: BTreeMap::new(),
             placed: VecDeque::new(),
             divisions: Divisions::default(),
+            max_split: u64::MAX,
+            gc_threshold: None,
+            lookups: [0; 2],
             usage: Usage::under(u64::MAX),
         }
     }
@@ -240,29 +256,14 @@ impl Pool {
     pub fn try_alloc(&mut self, bytes: u64, stream: Stream) -> Result<Range<u64>, OutOfMemory> {
         let request = Request::rounded(self.rules, self.divisions, bytes);
         let (size, class) = (request.rounded, request.class);
-        let best = self
-            .free
-            .range((class, stream, size, 0)..)
-            .next()
-            .filter(|&&(c, s, _, _)| c == class && s == stream)
-            .map(|&(_, _, _, addr)| addr);
-        let addr = match best {
+        let addr = match self.best_fit(size, class, stream) {
             Some(addr) => addr,
-            None => {
-                let mut released = 0;
-                if !self.usage.fits(request.segment) {
-                    released = self.release_cached();
-                }
-                if !self.usage.fits(request.segment) {
-                    return Err(self.usage.refusal(request.segment, bytes, released));
-                }
-                self.new_segment(request, stream)
-            }
+            None => self.grow(request, bytes, stream)?,
         };
         let block = self.blocks.get_mut(&addr).expect("a free block was found");
         self.free.remove(&key(addr, block));
         let rest = block.size - size;
-        let split = request.splits(block.size);
+        let split = request.splits(block.size) && size < self.max_split;
         block.state = State::Used;
         if split {
             block.size = size;
@@ -272,7 +273,7 @@ impl Pool {
                 ..*block
             };
             self.blocks.insert(addr + size, tail);
-            self.free.insert(key(addr + size, &tail));
+            self.file_free(addr + size);
         }
         let size = self.blocks[&addr].size;
         self.usage.hand_out(size);
@@ -284,6 +285,27 @@ impl Pool {
         Pool { divisions, ..self }
     }
 
+    /// The pool with `max_split_size_mb` set, in bytes: blocks of at least this size are
+    /// *oversize*. They are never split, a smaller request never takes one, a larger one only
+    /// within [`LARGE_SEGMENT`] of its size; and before the cached segments are all given back
+    /// to make room, the oversize ones are given back first, as few as make room.
+    pub fn with_max_split(self, bytes: u64) -> Pool {
+        Pool {
+            max_split: bytes,
+            ..self
+        }
+    }
+
+    /// The pool with `garbage_collection_threshold` set: under a limit, when a request misses
+    /// the cache and the pool holds more than this share of the limit, whole free large
+    /// segments are given back, the longest unused first, until it holds no more than that.
+    pub fn with_gc_threshold(self, threshold: f64) -> Pool {
+        Pool {
+            gc_threshold: Some(threshold),
+            ..self
+        }
+    }
+
     /// Puts the next segments where a GPU's driver put them: `(address, bytes)` in the order
     /// `cudaMalloc` returned them (a memory snapshot's `segment_alloc` events). Best fit breaks
     /// ties by address, so where the driver puts a segment can decide which block a request
@@ -292,6 +314,126 @@ impl Pool {
     pub fn place_segments(&mut self, segments: impl IntoIterator<Item = (u64, u64)>) {
         self.placed = segments.into_iter().collect();
         self.next_segment_at = self.placed.iter().map(|(a, b)| a + b).max().unwrap_or(0);
+    }
+
+    /// The free block a request of `size` gets (`get_free_block`): the first in the free
+    /// set's order that fits, unless the oversize rules refuse it.
+    fn best_fit(&mut self, size: u64, class: Size, stream: Stream) -> Option<u64> {
+        if self.gc_threshold.is_some() && self.usage.limited() {
+            self.lookups[class as usize] += 1;
+        }
+        let &(c, s, block, addr) = self.free.range((class, stream, size, 0)..).next()?;
+        let oversize = |bytes: u64| bytes >= self.max_split;
+        let refused = c != class
+            || s != stream
+            || (!oversize(size) && oversize(block))
+            || (oversize(size) && block >= size + LARGE_SEGMENT);
+        (!refused).then_some(addr)
+    }
+
+    /// No free block fits: garbage collection if on, then a new segment; past the limit the
+    /// oversize cached segments given back and a new segment tried, then every cached
+    /// segment given back and a new segment tried once more (`malloc`'s chain).
+    fn grow(&mut self, request: Request, bytes: u64, stream: Stream) -> Result<u64, OutOfMemory> {
+        if let Some(threshold) = self.gc_threshold
+            && self.usage.limited()
+        {
+            self.collect_garbage(threshold);
+        }
+        if self.usage.fits(request.segment) {
+            return Ok(self.new_segment(request, stream));
+        }
+        let (enough, mut released) = self.release_oversize(request, stream);
+        if enough && self.usage.fits(request.segment) {
+            return Ok(self.new_segment(request, stream));
+        }
+        released += self.release_cached();
+        if self.usage.fits(request.segment) {
+            return Ok(self.new_segment(request, stream));
+        }
+        Err(self.usage.refusal(request.segment, bytes, released))
+    }
+
+    /// `release_available_cached_blocks`: with `max_split_size_mb` set, the smallest cached
+    /// block of the request's half and stream of at least the request and the split size is
+    /// given back; else oversize blocks from the largest down, until they make the request.
+    /// Returns whether it made room enough to try again, and the bytes given back (kept given
+    /// back even when not enough).
+    fn release_oversize(&mut self, request: Request, stream: Stream) -> (bool, u64) {
+        if self.max_split == u64::MAX {
+            return (false, 0);
+        }
+        let class = request.class;
+        let want = request.rounded.max(self.max_split);
+        let below = (class, stream, want, 0);
+        if let Some(&(c, s, _, addr)) = self.free.range(below..).next()
+            && (c, s) == (class, stream)
+        {
+            return (true, self.release_segment_of(addr));
+        }
+        let oversize: Vec<u64> = self
+            .free
+            .range((class, stream, 0, 0)..below)
+            .rev()
+            .take_while(|&&(_, _, size, _)| size >= self.max_split)
+            .map(|&(_, _, _, addr)| addr)
+            .collect();
+        let mut released = 0;
+        for addr in oversize {
+            if released >= want {
+                break;
+            }
+            released += self.release_segment_of(addr);
+        }
+        (released >= want, released)
+    }
+
+    /// `garbage_collect_cached_blocks`: gives back whole free large segments whose age (the
+    /// large half's lookups since they became free) is at least the mean age, pass after pass,
+    /// until the pool holds no more than `threshold` of its limit.
+    fn collect_garbage(&mut self, threshold: f64) {
+        let allowed = (threshold * self.usage.limit() as f64) as u64;
+        let Some(target) = self.usage.reserved().checked_sub(allowed) else {
+            return;
+        };
+        let now = self.lookups[Size::Large as usize];
+        let whole = |pool: &Pool| -> Vec<(u64, u64)> {
+            pool.free
+                .iter()
+                .filter(|k| k.0 == Size::Large)
+                .map(|k| (k.3, pool.blocks[&k.3]))
+                .filter(|(_, b)| pool.held.get(&b.segment) == Some(&b.size))
+                .map(|(addr, b)| (addr, now - b.freed_at))
+                .collect()
+        };
+        let candidates = whole(self);
+        let (mut total_age, mut count) = (
+            candidates.iter().map(|c| c.1).sum::<u64>(),
+            candidates.len(),
+        );
+        let (mut reclaimed, mut freed) = (0, true);
+        while reclaimed < target && freed && count > 0 {
+            let mean = total_age as f64 / count as f64;
+            freed = false;
+            for (addr, age) in whole(self) {
+                if age as f64 >= mean {
+                    freed = true;
+                    reclaimed += self.release_segment_of(addr);
+                    total_age -= age;
+                    count -= 1;
+                }
+            }
+        }
+    }
+
+    /// Gives back the segment whose one free block is at `addr`; returns its bytes.
+    fn release_segment_of(&mut self, addr: u64) -> u64 {
+        let block = self.blocks.remove(&addr).expect("a free block");
+        self.free.remove(&key(addr, &block));
+        let bytes = self.held.remove(&block.segment).expect("a held segment");
+        debug_assert_eq!(bytes, block.size, "only whole segments are given back");
+        self.usage.give_back(bytes);
+        bytes
     }
 
     fn new_segment(&mut self, request: Request, stream: Stream) -> u64 {
@@ -316,6 +458,7 @@ impl Pool {
                 class,
                 segment: self.segments,
                 state: State::Free,
+                freed_at: 0,
             },
         );
         addr
@@ -374,7 +517,14 @@ impl Pool {
             self.blocks.get_mut(&addr).expect("just seen").size += next.size;
             self.blocks.remove(&(addr + b.size));
         }
-        self.free.insert(key(addr, &self.blocks[&addr]));
+        self.file_free(addr);
+    }
+
+    /// Files the free block at `addr` in the free set (`insert_into_blocks`), its age from now.
+    fn file_free(&mut self, addr: u64) {
+        let block = self.blocks.get_mut(&addr).expect("a block starts there");
+        block.freed_at = self.lookups[block.class as usize];
+        self.free.insert(key(addr, block));
     }
 
     /// Gives back to the device every segment that is one free block, whole (PyTorch's
@@ -386,14 +536,10 @@ impl Pool {
             .filter(|(_, b)| b.state == State::Free && self.held.get(&b.segment) == Some(&b.size))
             .map(|(addr, b)| (*addr, b.segment))
             .collect();
-        let mut released = 0;
-        for (addr, segment) in whole {
-            let block = self.blocks.remove(&addr).expect("listed above");
-            self.free.remove(&key(addr, &block));
-            released += self.held.remove(&segment).expect("listed above");
-        }
-        self.usage.give_back(released);
-        released
+        whole
+            .into_iter()
+            .map(|(addr, _)| self.release_segment_of(addr))
+            .sum()
     }
 
     /// What the pool holds and hands out, with its peaks.
@@ -413,278 +559,4 @@ fn key(addr: u64, block: &Block) -> FreeKey {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::usage::Peaks;
-    use Stream::*;
-
-    const KIB: u64 = 1024;
-
-    /// The segment a fresh pool takes for one request of `bytes`, and the block it hands out.
-    fn first(bytes: u64) -> (u64, Range<u64>) {
-        let mut pool = Pool::new();
-        let block = pool.alloc(bytes, Main);
-        (pool.usage().reserved(), block)
-    }
-
-    #[test]
-    fn segment_sizes_follow_get_allocation_size() {
-        // 512 B and 1 MiB are small: a 2 MiB segment, the block cut to the request.
-        assert_eq!(first(512), (2 * MIB, 0..512));
-        assert_eq!(first(MIB), (2 * MIB, 0..MIB));
-        assert_eq!(Request::new(MIB).class, Size::Small);
-        // Just over 1 MiB is large: a 20 MiB segment.
-        assert_eq!(Request::new(MIB + 1).class, Size::Large);
-        assert_eq!(first(MIB + 1).0, 20 * MIB);
-        // 4 MiB: a 20 MiB segment, split (16 MiB remain).
-        assert_eq!(first(4 * MIB), (20 * MIB, 0..4 * MIB));
-        // Under 10 MiB still gets 20 MiB; from 10 MiB on, the request rounded to 2 MiB. The
-        // rule reads the rounded size: 10 MiB - 1 B rounds to 10 MiB.
-        assert_eq!(first(10 * MIB - 512).0, 20 * MIB);
-        assert_eq!(first(10 * MIB - 1).0, 10 * MIB);
-        assert_eq!(first(10 * MIB).0, 10 * MIB);
-        // 12 MiB: a segment of exactly 12 MiB, the whole of it the block.
-        assert_eq!(first(12 * MIB), (12 * MIB, 0..12 * MIB));
-        // 12 MiB + 1 B: a 14 MiB segment; 2 MiB - 512 B remain, more than 1 MiB: split.
-        assert_eq!(first(12 * MIB + 1), (14 * MIB, 0..12 * MIB + 512));
-        // 13.5 MiB: a 14 MiB segment; 512 KiB would remain, not worth a block.
-        assert_eq!(first(13 * MIB + 512 * KIB), (14 * MIB, 0..14 * MIB));
-    }
-
-    #[test]
-    fn requests_round_to_512_bytes() {
-        assert_eq!(Request::new(0).rounded, 512);
-        assert_eq!(Request::new(1).rounded, 512);
-        assert_eq!(Request::new(512).rounded, 512);
-        assert_eq!(Request::new(513).rounded, 1024);
-        assert_eq!(Request::new(MIB + 1).rounded, MIB + 512);
-        // 1 MiB - 1 rounds to 1 MiB: still small.
-        assert_eq!(Request::new(MIB - 1).class, Size::Small);
-    }
-
-    #[test]
-    fn small_blocks_split_at_512_bytes_and_large_ones_above_1_mib() {
-        // Small: a 2 MiB segment cut down to 512 B.
-        let mut pool = Pool::new();
-        let a = pool.alloc(MIB, Side);
-        let b = pool.alloc(MIB - 512, Side);
-        assert_eq!(b, a.end..SMALL_SEGMENT - 512, "512 B remain: split");
-        let c = pool.alloc(300, Side);
-        assert_eq!(c, b.end..SMALL_SEGMENT, "the 512 B remainder was a block");
-        assert_eq!(pool.usage().reserved(), SMALL_SEGMENT);
-        assert!(Request::new(MIB).splits(MIB + 512));
-        assert!(!Request::new(MIB).splits(MIB));
-        // Large: a remainder of exactly 1 MiB stays with the block; 1 MiB + 512 B is split off.
-        let r = Request::new(3 * MIB);
-        assert!(!r.splits(4 * MIB));
-        assert!(r.splits(4 * MIB + 512));
-        let mut pool = Pool::new();
-        let big = pool.alloc(19 * MIB, Main);
-        assert_eq!(big, 0..20 * MIB, "1 MiB would remain: not split");
-        let mut pool = Pool::new();
-        let big = pool.alloc(19 * MIB - 512, Main);
-        assert_eq!(big, 0..19 * MIB - 512, "1 MiB + 512 B remain: split");
-    }
-
-    #[test]
-    fn small_and_large_requests_never_share_a_segment() {
-        let mut pool = Pool::new();
-        let large = pool.alloc(4 * MIB, Main);
-        let small = pool.alloc(4 * KIB, Main);
-        assert!(
-            small.start >= 20 * MIB,
-            "16 MiB free in the large segment, unused"
-        );
-        assert_eq!(pool.usage().reserved(), 20 * MIB + 2 * MIB);
-        pool.free(small.start, false);
-        pool.free(large.start, false);
-        let again = pool.alloc(MIB + 1, Main);
-        assert_eq!(
-            again.start, large.start,
-            "a large request takes a large block"
-        );
-    }
-
-    #[test]
-    fn a_freed_block_goes_to_the_next_fitting_request_on_its_stream() {
-        let mut pool = Pool::new();
-        let a = pool.alloc(30 * MIB, Main);
-        pool.free(a.start, false);
-        let other_stream = pool.alloc(20 * MIB, Side);
-        assert!(other_stream.start >= a.end, "side never gets main's block");
-        let b = pool.alloc(20 * MIB, Main);
-        assert_eq!(b.start, a.start, "main reuses its freed block");
-        assert_eq!(pool.usage().reserved(), 30 * MIB + 20 * MIB);
-    }
-
-    #[test]
-    fn the_remainder_of_a_segment_keeps_the_segments_stream() {
-        let mut pool = Pool::new();
-        let a = pool.alloc(2 * MIB, Side);
-        let b = pool.alloc(2 * MIB, Main);
-        assert!(
-            b.start >= 20 * MIB,
-            "main never gets the side segment's 18 MiB"
-        );
-        let c = pool.alloc(2 * MIB, Side);
-        assert_eq!(c.start, a.end, "side does");
-    }
-
-    #[test]
-    fn best_fit_takes_the_smallest_block_then_the_lowest_address() {
-        let mut pool = Pool::new();
-        // Three 12 MiB segments (exact), then free the first and third, and a 20 MiB segment
-        // with a 6 MiB hole.
-        let s1 = pool.alloc(12 * MIB, Main);
-        let s2 = pool.alloc(12 * MIB, Main);
-        let s3 = pool.alloc(12 * MIB, Main);
-        pool.free(s3.start, false);
-        pool.free(s1.start, false);
-        let x = pool.alloc(11 * MIB + 512 * KIB, Main);
-        assert_eq!(x, s1, "equal sizes: the lower address");
-        let _ = s2;
-        let y = pool.alloc(6 * MIB, Main);
-        assert_eq!(y.start, s3.start, "the only free block that fits");
-        assert_eq!(y.end, s3.start + 6 * MIB, "split: 6 MiB remain");
-        let z = pool.alloc(5 * MIB, Main);
-        assert_eq!(
-            z.start, y.end,
-            "the 6 MiB remainder, smaller than any new segment"
-        );
-    }
-
-    #[test]
-    fn best_fit_splits_and_merges_back() {
-        let mut pool = Pool::new();
-        let seg = pool.alloc(12 * MIB, Main);
-        pool.free(seg.start, false);
-        let a = pool.alloc(3 * MIB, Main);
-        assert_eq!(a, 0..3 * MIB, "split: 9 MiB remain");
-        let b = pool.alloc(8 * MIB + 512 * KIB, Main);
-        assert_eq!(b, a.end..seg.end, "512 KiB would remain: not split");
-        pool.free(a.start, false);
-        pool.free(b.start, false);
-        assert_eq!(pool.alloc(12 * MIB, Main), seg, "the halves merged back");
-        assert_eq!(pool.usage().reserved(), 12 * MIB);
-    }
-
-    #[test]
-    fn blocks_of_different_segments_never_merge() {
-        let mut pool = Pool::new();
-        let a = pool.alloc(12 * MIB, Main);
-        let b = pool.alloc(12 * MIB, Main);
-        assert_eq!(a.end, b.start, "adjacent segments");
-        pool.free(a.start, false);
-        pool.free(b.start, false);
-        let c = pool.alloc(24 * MIB, Main);
-        assert!(
-            c.start >= b.end,
-            "two free neighbours of different segments stay apart"
-        );
-    }
-
-    #[test]
-    fn the_older_rules_round_every_large_segment_to_2_mib() {
-        let mut pool = Pool::with_rules(Rules::Rounded2MiB);
-        pool.alloc(4 * MIB + 1, Main);
-        assert_eq!(pool.usage().reserved(), 6 * MIB);
-        pool.alloc(512, Main);
-        assert_eq!(pool.usage().reserved(), 8 * MIB, "small segments as before");
-    }
-
-    #[test]
-    fn a_recorded_free_is_held_until_the_capture_ends() {
-        let mut pool = Pool::new();
-        let a = pool.alloc(30 * MIB, Main);
-        pool.free(a.start, true);
-        let b = pool.alloc(20 * MIB, Main);
-        assert!(b.start >= a.end);
-        pool.end_capture();
-        let c = pool.alloc(20 * MIB, Main);
-        assert_eq!(c.start, a.start);
-    }
-
-    #[test]
-    fn a_deferred_block_does_not_merge_until_the_capture_ends() {
-        let mut pool = Pool::new();
-        let a = pool.alloc(4 * MIB, Main);
-        pool.free(a.start, true);
-        // The segment's 16 MiB remainder is free; the deferred 4 MiB does not join it.
-        let b = pool.alloc(18 * MIB, Main);
-        assert!(b.start >= 20 * MIB, "the held block did not merge");
-        pool.end_capture();
-        pool.free(b.start, false);
-        assert_eq!(pool.alloc(20 * MIB, Main), 0..20 * MIB, "now it has");
-    }
-
-    #[test]
-    fn allocated_counts_whole_blocks_and_peaks_restart_on_reset() {
-        let mut pool = Pool::new();
-        // 19 MiB takes the whole 20 MiB segment (1 MiB would remain): 20 MiB allocated.
-        let a = pool.alloc(19 * MIB, Main);
-        let b = pool.alloc(300, Main);
-        assert_eq!(pool.usage().allocated(), 20 * MIB + 512);
-        pool.free(a.start, false);
-        assert_eq!(pool.usage().allocated(), 512);
-        assert_eq!(
-            pool.usage().peaks(),
-            Peaks {
-                allocated: 20 * MIB + 512,
-                reserved: 22 * MIB
-            }
-        );
-        pool.reset_peaks();
-        assert_eq!(pool.usage().peaks().allocated, 512);
-        pool.free(b.start, true);
-        assert_eq!(
-            pool.usage().allocated(),
-            0,
-            "a recorded free counts at once"
-        );
-    }
-
-    #[test]
-    fn a_full_device_gives_back_whole_free_segments_then_retries() {
-        let mut pool = Pool::with_limit(50 * MIB);
-        let a = pool.alloc(30 * MIB, Main);
-        let b = pool.alloc(12 * MIB, Main);
-        pool.free(a.start, false);
-        // 36 MiB do not fit the free 30 MiB segment, and 42 + 36 > 50: the free 30 MiB
-        // segment goes back to the device, then 12 + 36 fits.
-        let c = pool.try_alloc(36 * MIB, Main).unwrap();
-        assert_eq!(pool.usage().reserved(), 48 * MIB);
-        assert_eq!(pool.usage().released(), 30 * MIB);
-        assert!(c.start >= b.end, "a new segment, at a new address");
-        // A segment with a block in use is never given back: 48 + 4 > 50 after the retry.
-        let err = pool.try_alloc(4 * MIB, Side).unwrap_err();
-        assert_eq!(
-            err,
-            OutOfMemory {
-                tried: 20 * MIB,
-                requested: 4 * MIB,
-                allocated: 48 * MIB,
-                reserved: 48 * MIB,
-                limit: 50 * MIB,
-                released: 0,
-            }
-        );
-        assert_eq!(
-            pool.usage().reserved(),
-            48 * MIB,
-            "nothing lost by the refusal"
-        );
-    }
-
-    #[test]
-    fn a_split_segment_with_a_free_remainder_stays_cached() {
-        // 4 MiB in a 20 MiB segment: the 16 MiB remainder is free but its segment is in use.
-        let mut pool = Pool::with_limit(30 * MIB);
-        let _a = pool.alloc(4 * MIB, Main);
-        let err = pool.try_alloc(18 * MIB, Main).unwrap_err();
-        assert_eq!(
-            (err.tried, err.reserved, err.allocated),
-            (18 * MIB, 20 * MIB, 4 * MIB)
-        );
-        assert_eq!(pool.release_cached(), 0);
-    }
-}
+mod tests;

@@ -79,6 +79,16 @@ impl Usage {
     }
 
     /// Whether the device grants `more` bytes on top of what the pool holds.
+    /// The limit the pool is under.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Whether the pool is under a limit at all (`set_per_process_memory_fraction`).
+    pub(crate) fn limited(&self) -> bool {
+        self.limit < u64::MAX
+    }
+
     pub(crate) fn fits(&self, more: u64) -> bool {
         self.reserved.saturating_add(more) <= self.limit
     }

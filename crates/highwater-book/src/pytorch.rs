@@ -39,13 +39,18 @@ impl Conf {
     }
 }
 
-/// An allocator setting the model covers: the layout, and `roundup_power2_divisions`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// An allocator setting the model covers: the layout, `roundup_power2_divisions`, and for
+/// the default layout `max_split_size_mb` and `garbage_collection_threshold`.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Setting {
     /// Segments per `cudaMalloc`, or expandable.
     pub layout: Conf,
     /// How requests are rounded.
     pub divisions: Divisions,
+    /// `max_split_size_mb` in bytes, when set.
+    pub max_split: Option<u64>,
+    /// `garbage_collection_threshold`, when set.
+    pub gc_threshold: Option<f64>,
 }
 
 impl From<Conf> for Setting {
@@ -53,6 +58,8 @@ impl From<Conf> for Setting {
         Setting {
             layout,
             divisions: Divisions::default(),
+            max_split: None,
+            gc_threshold: None,
         }
     }
 }
@@ -67,6 +74,12 @@ impl Allocator {
         match setting.layout {
             Conf::Default => {
                 let mut pool = Pool::with_limit(limit).with_divisions(setting.divisions);
+                if let Some(bytes) = setting.max_split {
+                    pool = pool.with_max_split(bytes);
+                }
+                if let Some(threshold) = setting.gc_threshold {
+                    pool = pool.with_gc_threshold(threshold);
+                }
                 pool.place_segments(placed.iter().copied());
                 Allocator::Default(pool)
             }
