@@ -369,6 +369,10 @@ pub struct OomFigures {
     pub free: u64,
     /// The process's memory (NVML): the allocator's segments and the CUDA context.
     pub process: u64,
+    /// Another compute process's memory, as NVML lists it (0: none on the card).
+    pub others: u64,
+    /// The cap `set_per_process_memory_fraction` set, if one was.
+    pub allowed: Option<u64>,
     /// Bytes in blocks handed out.
     pub allocated: u64,
     /// Segments' bytes not handed out: cached free blocks the give-back could not return.
@@ -376,32 +380,58 @@ pub struct OomFigures {
 }
 
 impl OomFigures {
-    /// The figures of `error` on `card`.
-    pub fn of(error: &OutOfMemory, card: &Card) -> OomFigures {
+    /// The figures of `error` on `card`, with another process holding `others` bytes of it
+    /// and no cap.
+    pub fn of(error: &OutOfMemory, card: &Card, others: u64) -> OomFigures {
         OomFigures {
             tried: error.tried,
             total: card.total_bytes,
             free: error.limit - error.reserved,
             process: error.reserved + card.cuda_context_bytes,
+            others,
+            allowed: None,
             allocated: error.allocated,
             unallocated: error.reserved - error.allocated,
         }
     }
 
-    /// The message, word for word as PyTorch 2.x raises it on device 0.
+    /// The message, word for word as PyTorch 2.11 raises it on device 0
+    /// (`CUDACachingAllocator.cpp`'s `malloc`), but for the other process's id, which only
+    /// NVML on the card knows (`PID`), and the order NVML lists the processes in (the other
+    /// one first here).
     pub fn message(&self) -> String {
+        let others = if self.others > 0 {
+            format!(
+                "Process PID has {} memory in use. ",
+                format_size(self.others)
+            )
+        } else {
+            String::new()
+        };
+        let allowed = self
+            .allowed
+            .map_or(String::new(), |a| format!("{} allowed; ", format_size(a)));
         format!(
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {}. GPU 0 has a total \
-             capacity of {} of which {} is free. Including non-PyTorch memory, this process has \
-             {} memory in use. Of the allocated memory {} is allocated by PyTorch, and {} is \
-             reserved by PyTorch but unallocated. If reserved but unallocated memory is large try \
-             setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  \
-             See documentation for Memory Management  \
-             (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+             capacity of {} of which {} is free. {others}Including non-PyTorch memory, this \
+             process has {} memory in use. {allowed}{}",
             format_size(self.tried),
             format_size(self.total),
             format_size(self.free),
             format_size(self.process),
+            self.accounting(),
+        )
+    }
+
+    /// The message from "Of the allocated memory" on: the allocator's own figures and its
+    /// advice, the same on any card.
+    pub fn accounting(&self) -> String {
+        format!(
+            "Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch \
+             but unallocated. If reserved but unallocated memory is large try setting \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See \
+             documentation for Memory Management  \
+             (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
             format_size(self.allocated),
             format_size(self.unallocated),
         )
@@ -410,8 +440,8 @@ impl OomFigures {
 
 /// The message's figures one by one, with what each is in this run.
 pub fn reading_table(oom: &Oom, card: &Card, others: u64) -> Table {
-    let f = OomFigures::of(&oom.error, card);
-    let outside = card.total_bytes - f.free - f.process;
+    let f = OomFigures::of(&oom.error, card, others);
+    let outside = card.total_bytes - f.free - f.process - others;
     Table::new(["the message says", "it is"])
         .row([
             format!("Tried to allocate {}", format_size(f.tried)),
@@ -439,6 +469,10 @@ pub fn reading_table(oom: &Oom, card: &Card, others: u64) -> Table {
                 .into(),
         ])
         .row([
+            format!("Process PID has {} memory in use", format_size(others)),
+            "the other process: NVML lists every compute process on the card, with its id".into(),
+        ])
+        .row([
             format!("this process has {} memory in use", format_size(f.process)),
             format!(
                 "bytes reserved ({}) plus the CUDA context ({})",
@@ -447,12 +481,12 @@ pub fn reading_table(oom: &Oom, card: &Card, others: u64) -> Table {
             ),
         ])
         .row([
-            "total − free − this process".into(),
+            "total − free − the processes".into(),
             format!(
-                "{}: the desktop ({}) and the other process ({}), which the message does not name",
+                "{}: the desktop ({}), a graphics process, which NVML's list of compute \
+                 processes leaves out",
                 bytes::show(outside),
-                bytes::show(card.desktop_bytes),
-                bytes::show(others)
+                bytes::show(card.desktop_bytes)
             ),
         ])
         .row([
@@ -549,16 +583,17 @@ mod tests {
         assert_eq!(oom.step, 1);
         let e = oom.error;
         assert!(e.reserved + e.tried > e.limit && e.allocated <= e.reserved);
-        let f = OomFigures::of(&e, &recipe.card);
+        let f = OomFigures::of(&e, &recipe.card, 512 * MIB);
         assert_eq!(
-            f.free + f.process + recipe.card.desktop_bytes + 512 * MIB,
+            f.free + f.process + recipe.card.desktop_bytes + f.others,
             recipe.card.total_bytes
         );
         let text = f.message();
         assert!(text.contains(&format!("Tried to allocate {}.", format_size(e.tried))));
         assert!(text.contains("GPU 0 has a total capacity of 16.00 GiB of which"));
+        assert!(text.contains(" is free. Process PID has 512.00 MiB memory in use. Including"));
         let t = reading_table(&oom, &recipe.card, 512 * MIB);
-        assert_eq!(t.rows().len(), 6);
+        assert_eq!(t.rows().len(), 7);
     }
 
     /// What the chapter's prose says of its tables, on seed 3's 100 steps.

@@ -288,7 +288,47 @@ pub fn hold(run: &TorchRun, trace: &MemTrace, setting: Setting) -> Held {
 mod tests {
     use super::*;
     use crate::Book;
+    use crate::pytorch::{OomFigures, format_size};
     use std::collections::BTreeMap;
+
+    /// The model's message, held to what PyTorch 2.11 printed on the runs the cap refused in
+    /// the book's trace (seed 3): the request's segment, the cap, and the allocator's figures
+    /// and advice, word for word. What the card reports (its total, its free memory, the
+    /// processes NVML lists) is the card's, not the model's.
+    #[test]
+    fn the_message_is_pytorch_2_11s_word_for_word() {
+        let book = Book::repository();
+        let path = book.path("repro/results/pytorch/replay/situ-s3--default.json.xz");
+        let record = ReplayRecord::read(&path).unwrap();
+        let recipe = book.recipe("situ").unwrap();
+        let (_, trace) = highwater::run::simulate_traced(&recipe, 3, 1..=100).unwrap();
+        let mut held = 0;
+        for run in record.runs.iter().filter(|r| r.oom.is_some()) {
+            let real = &run.oom.as_ref().unwrap().message;
+            let setting = record.setting().unwrap();
+            let oom = replay_placed(&trace, setting, run.allowed, &[])
+                .oom
+                .unwrap();
+            let figures = OomFigures {
+                allowed: Some(run.allowed),
+                ..OomFigures::of(&oom.error, &recipe.card, 0)
+            };
+            let tried = format!(
+                "CUDA out of memory. Tried to allocate {}. GPU 0 ",
+                format_size(oom.error.tried)
+            );
+            let tail = format!(
+                "{} allowed; {}",
+                format_size(run.allowed),
+                figures.accounting()
+            );
+            assert!(real.starts_with(&tried), "{real}");
+            assert!(real.ends_with(&tail), "{real}\n{tail}");
+            assert!(figures.message().ends_with(&tail));
+            held += 1;
+        }
+        assert_eq!(held, 4, "the runs of 256 to 512 MiB died");
+    }
 
     /// Every record of `repro/results/pytorch/replay`: five traces, seven settings (the
     /// default, expandable segments, `roundup_power2_divisions:4`, both, `max_split_size_mb`
