@@ -120,9 +120,11 @@ impl TorchRun {
     /// holds plus the request's segment (`alloc_size`) passes what it is allowed. A refusal
     /// below that came from the card itself, full with other processes' memory: a record of
     /// the card, not of the allocator.
-    pub fn refused_by_the_card(&self) -> bool {
+    pub fn refused_by_the_card(&self, setting: Setting) -> bool {
         self.oom.as_ref().is_some_and(|oom| {
-            let segment = graphrace::pool::Request::new(oom.bytes).segment;
+            let rules = graphrace::pool::Rules::PyTorch;
+            let segment =
+                graphrace::pool::Request::rounded(rules, setting.divisions, oom.bytes).segment;
             oom.at.reserved + segment <= self.allowed
         })
     }
@@ -265,7 +267,7 @@ pub enum Held {
 
 /// Holds the model under `setting` to `run`, a capped replay of `trace` through real PyTorch.
 pub fn hold(run: &TorchRun, trace: &MemTrace, setting: Setting) -> Held {
-    if run.refused_by_the_card() {
+    if run.refused_by_the_card(setting) {
         return Held::RefusedByTheCard;
     }
     let own = mismatches(run, &replay_placed(trace, setting, run.allowed, &[]));
