@@ -28,8 +28,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
-use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, Request, Rules, SMALL_SEGMENT, Size};
-use crate::program::Stream;
+use crate::pool::{LARGE_SEGMENT, MIN_BLOCK, Request, Rules, SMALL_SEGMENT, Size, StreamId};
+
 use crate::rounding::Divisions;
 use crate::usage::{OutOfMemory, Usage};
 
@@ -217,7 +217,7 @@ impl Segment {
 /// An expandable-segments pool: see the module doc.
 #[derive(Clone, Debug)]
 pub struct ExpandablePool {
-    segments: BTreeMap<(Stream, Size), Segment>,
+    segments: BTreeMap<(StreamId, Size), Segment>,
     divisions: Divisions,
     usage: Usage,
 }
@@ -237,13 +237,18 @@ impl ExpandablePool {
         ExpandablePool { divisions, ..self }
     }
 
-    fn base(stream: Stream, class: Size) -> u64 {
-        let index = stream as u64 * 2 + class as u64;
+    fn base(stream: StreamId, class: Size) -> u64 {
+        let index = u64::from(stream.0) * 2 + class as u64;
         (index + 1) * SEGMENT_SPAN
     }
 
     /// A block for `bytes` on `stream`, or why the device could not map the pages for one.
-    pub fn try_alloc(&mut self, bytes: u64, stream: Stream) -> Result<Range<u64>, OutOfMemory> {
+    pub fn try_alloc(
+        &mut self,
+        bytes: u64,
+        stream: impl Into<StreamId>,
+    ) -> Result<Range<u64>, OutOfMemory> {
+        let stream = stream.into();
         let request = Request::rounded(Rules::PyTorch, self.divisions, bytes);
         let (size, class) = (request.rounded, request.class);
         let page = match class {
@@ -334,7 +339,7 @@ impl ExpandablePool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Stream::*;
+    use crate::program::Stream::*;
 
     const MIB: u64 = 1 << 20;
 

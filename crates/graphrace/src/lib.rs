@@ -16,6 +16,7 @@
 //! workload give the same rates on every machine.
 
 pub mod arms;
+pub mod caching;
 pub mod capture;
 pub mod check;
 pub mod config;

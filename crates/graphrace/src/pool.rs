@@ -47,6 +47,19 @@ use crate::rounding::Divisions;
 use crate::usage::{OutOfMemory, Usage};
 
 const MIB: u64 = 1 << 20;
+
+/// A stream as the allocator tells them apart: a block is handed out again only on the stream
+/// it was allocated on. A [`Stream`] of the Part II programs is its index; a memory snapshot's
+/// streams are numbered in the order they first appear.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub u32);
+
+impl From<Stream> for StreamId {
+    fn from(stream: Stream) -> StreamId {
+        StreamId(stream.index() as u32)
+    }
+}
+
 /// Every block is a multiple of this many bytes, and at least this large (`kMinBlockSize`).
 pub const MIN_BLOCK: u64 = 512;
 /// Rounded requests up to this size come from the small pool (`kSmallSize`, 1 MiB).
@@ -158,7 +171,7 @@ enum State {
 #[derive(Clone, Copy, Debug)]
 struct Block {
     size: u64,
-    stream: Stream,
+    stream: StreamId,
     class: Size,
     segment: u32,
     state: State,
@@ -170,7 +183,7 @@ struct Block {
 /// A free block's place in the search for a fit: PyTorch keeps each half's free blocks in a
 /// set ordered by stream, size, address (`BlockComparatorSize`), so the first at or after
 /// `(half, stream, request, 0)` is the best fit.
-type FreeKey = (Size, Stream, u64, u64);
+type FreeKey = (Size, StreamId, u64, u64);
 
 /// The pool's blocks by address.
 #[derive(Clone, Debug)]
@@ -245,7 +258,7 @@ impl Pool {
     ///
     /// # Panics
     /// When the pool has a limit and the device is full: use [`Pool::try_alloc`].
-    pub fn alloc(&mut self, bytes: u64, stream: Stream) -> Range<u64> {
+    pub fn alloc(&mut self, bytes: u64, stream: impl Into<StreamId>) -> Range<u64> {
         self.try_alloc(bytes, stream)
             .unwrap_or_else(|e| panic!("{e}: use try_alloc under a limit"))
     }
@@ -253,7 +266,12 @@ impl Pool {
     /// A block for `bytes` on `stream`, or why the device could not give one: the free block
     /// that fits best, else a new segment, else (past the limit) the cached segments given
     /// back and a new segment tried once more.
-    pub fn try_alloc(&mut self, bytes: u64, stream: Stream) -> Result<Range<u64>, OutOfMemory> {
+    pub fn try_alloc(
+        &mut self,
+        bytes: u64,
+        stream: impl Into<StreamId>,
+    ) -> Result<Range<u64>, OutOfMemory> {
+        let stream = stream.into();
         let request = Request::rounded(self.rules, self.divisions, bytes);
         let (size, class) = (request.rounded, request.class);
         let addr = match self.best_fit(size, class, stream) {
@@ -318,7 +336,7 @@ impl Pool {
 
     /// The free block a request of `size` gets (`get_free_block`): the first in the free
     /// set's order that fits, unless the oversize rules refuse it.
-    fn best_fit(&mut self, size: u64, class: Size, stream: Stream) -> Option<u64> {
+    fn best_fit(&mut self, size: u64, class: Size, stream: StreamId) -> Option<u64> {
         if self.gc_threshold.is_some() && self.usage.limited() {
             self.lookups[class as usize] += 1;
         }
@@ -334,7 +352,7 @@ impl Pool {
     /// No free block fits: garbage collection if on, then a new segment; past the limit the
     /// oversize cached segments given back and a new segment tried, then every cached
     /// segment given back and a new segment tried once more (`malloc`'s chain).
-    fn grow(&mut self, request: Request, bytes: u64, stream: Stream) -> Result<u64, OutOfMemory> {
+    fn grow(&mut self, request: Request, bytes: u64, stream: StreamId) -> Result<u64, OutOfMemory> {
         if let Some(threshold) = self.gc_threshold
             && self.usage.limited()
         {
@@ -359,7 +377,7 @@ impl Pool {
     /// given back; else oversize blocks from the largest down, until they make the request.
     /// Returns whether it made room enough to try again, and the bytes given back (kept given
     /// back even when not enough).
-    fn release_oversize(&mut self, request: Request, stream: Stream) -> (bool, u64) {
+    fn release_oversize(&mut self, request: Request, stream: StreamId) -> (bool, u64) {
         if self.max_split == u64::MAX {
             return (false, 0);
         }
@@ -436,7 +454,7 @@ impl Pool {
         bytes
     }
 
-    fn new_segment(&mut self, request: Request, stream: Stream) -> u64 {
+    fn new_segment(&mut self, request: Request, stream: StreamId) -> u64 {
         let (bytes, class) = (request.segment, request.class);
         let addr = match self.placed.pop_front() {
             Some((addr, size)) if size == bytes => addr,

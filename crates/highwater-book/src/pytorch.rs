@@ -6,137 +6,17 @@
 
 pub mod record;
 
-use std::collections::HashMap;
+pub use graphrace::caching::{Conf, Setting, StepFigures};
 
 use crate::BookError;
 use basics::bytes;
 use cell_output::Table;
-use graphrace::Stream;
-use graphrace::expandable::ExpandablePool;
-use graphrace::pool::{LARGE_SEGMENT, MIN_LARGE_ALLOC, Pool, ROUND_LARGE};
-use graphrace::rounding::Divisions;
-use graphrace::usage::{OutOfMemory, Usage};
+use graphrace::caching::{self, Event};
+use graphrace::pool::{LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND_LARGE, StreamId};
+use graphrace::usage::OutOfMemory;
 use highwater::RunReport;
 use highwater::memtrace::{Action, MemTrace};
 use highwater::recipe::{Card, Recipe};
-
-/// `PYTORCH_CUDA_ALLOC_CONF`: the allocator's two layouts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Conf {
-    /// The default: a segment per `cudaMalloc`.
-    Default,
-    /// `expandable_segments:True`: one growing segment per stream and pool half.
-    Expandable,
-}
-
-impl Conf {
-    /// As a reader sets it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Conf::Default => "default",
-            Conf::Expandable => "expandable_segments:True",
-        }
-    }
-}
-
-/// An allocator setting the model covers: the layout, `roundup_power2_divisions`, and for
-/// the default layout `max_split_size_mb` and `garbage_collection_threshold`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Setting {
-    /// Segments per `cudaMalloc`, or expandable.
-    pub layout: Conf,
-    /// How requests are rounded.
-    pub divisions: Divisions,
-    /// `max_split_size_mb` in bytes, when set.
-    pub max_split: Option<u64>,
-    /// `garbage_collection_threshold`, when set.
-    pub gc_threshold: Option<f64>,
-}
-
-impl From<Conf> for Setting {
-    fn from(layout: Conf) -> Setting {
-        Setting {
-            layout,
-            divisions: Divisions::default(),
-            max_split: None,
-            gc_threshold: None,
-        }
-    }
-}
-
-enum Allocator {
-    Default(Pool),
-    Expandable(ExpandablePool),
-}
-
-impl Allocator {
-    fn new(setting: Setting, limit: u64, placed: &[(u64, u64)]) -> Allocator {
-        match setting.layout {
-            Conf::Default => {
-                let mut pool = Pool::with_limit(limit).with_divisions(setting.divisions);
-                if let Some(bytes) = setting.max_split {
-                    pool = pool.with_max_split(bytes);
-                }
-                if let Some(threshold) = setting.gc_threshold {
-                    pool = pool.with_gc_threshold(threshold);
-                }
-                pool.place_segments(placed.iter().copied());
-                Allocator::Default(pool)
-            }
-            Conf::Expandable => Allocator::Expandable(
-                ExpandablePool::with_limit(limit).with_divisions(setting.divisions),
-            ),
-        }
-    }
-
-    fn alloc(&mut self, bytes: u64) -> Result<u64, OutOfMemory> {
-        match self {
-            Allocator::Default(p) => p.try_alloc(bytes, Stream::Main).map(|r| r.start),
-            Allocator::Expandable(p) => p.try_alloc(bytes, Stream::Main).map(|r| r.start),
-        }
-    }
-
-    fn free(&mut self, addr: u64) {
-        match self {
-            Allocator::Default(p) => p.free(addr, false),
-            Allocator::Expandable(p) => p.free(addr),
-        }
-    }
-
-    fn usage(&self) -> &Usage {
-        match self {
-            Allocator::Default(p) => p.usage(),
-            Allocator::Expandable(p) => p.usage(),
-        }
-    }
-
-    /// `(max_memory_allocated, max_memory_reserved)` since the last reset, then resets them.
-    fn take_peaks(&mut self) -> (u64, u64) {
-        let peaks = self.usage().peaks();
-        match self {
-            Allocator::Default(p) => p.reset_peaks(),
-            Allocator::Expandable(p) => p.reset_peaks(),
-        }
-        (peaks.allocated, peaks.reserved)
-    }
-}
-
-/// One step as `torch.cuda` reports it, peaks reset at the step's start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StepFigures {
-    /// 1-based step.
-    pub step: u64,
-    /// `max_memory_allocated()`.
-    pub max_allocated: u64,
-    /// `max_memory_reserved()`.
-    pub max_reserved: u64,
-    /// Bytes free-and-retry had given back to the device by the step's end, since the start.
-    pub released: u64,
-    /// `memory_allocated()` at the step's end (or at the refusal).
-    pub allocated: u64,
-    /// `memory_reserved()` at the step's end (or at the refusal).
-    pub reserved: u64,
-}
 
 /// The request PyTorch could not serve.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,76 +54,54 @@ pub fn replay(trace: &MemTrace, conf: Conf, limit: u64) -> Replay {
     replay_placed(trace, conf.into(), limit, &[])
 }
 
-/// [`replay`] under any [`Setting`], with the default layout's segments where a GPU's driver put them (`(address,
-/// bytes)` in `cudaMalloc`'s order, [`Pool::place_segments`]); the expandable layout's one
-/// segment per stream and half needs no placing.
+/// [`replay`] under any [`Setting`], with the default layout's segments where a GPU's driver
+/// put them (`(address, bytes)` in `cudaMalloc`'s order, [`graphrace::pool::Pool::place_segments`]);
+/// the expandable layout's one segment per stream and half needs no placing.
 pub fn replay_placed(
     trace: &MemTrace,
     setting: Setting,
     limit: u64,
     placed: &[(u64, u64)],
 ) -> Replay {
-    let conf = setting.layout;
-    let mut allocator = Allocator::new(setting, limit, placed);
-    let mut at: HashMap<u64, u64> = HashMap::new();
-    let mut steps = Vec::new();
+    // The allocator's events, and for each the trace event it came from.
+    let mut events = Vec::with_capacity(trace.events.len() + trace.last_step as usize);
+    let mut from = Vec::with_capacity(events.capacity());
     let mut step = 0;
-    let close = |allocator: &mut Allocator, step: u64, steps: &mut Vec<StepFigures>| {
-        let (max_allocated, max_reserved) = allocator.take_peaks();
-        if step > 0 {
-            steps.push(StepFigures {
-                step,
-                max_allocated,
-                max_reserved,
-                released: allocator.usage().released(),
-                allocated: allocator.usage().allocated(),
-                reserved: allocator.usage().reserved(),
-            });
-        }
-    };
     for (seq, e) in trace.events.iter().enumerate() {
         if e.step != step {
-            close(&mut allocator, step, &mut steps);
             step = e.step;
+            events.push(Event::Step(step));
+            from.push(seq);
         }
-        match e.action {
-            Action::Live | Action::Reserve | Action::OutOfMemory => {
-                match allocator.alloc(e.bytes) {
-                    Ok(addr) => {
-                        at.insert(e.alloc, addr);
-                    }
-                    Err(error) => {
-                        close(&mut allocator, step, &mut steps);
-                        let label = trace.label(e);
-                        let oom = Oom {
-                            step,
-                            seq,
-                            bytes: e.bytes,
-                            tensor: label.tensor.clone(),
-                            op: label.op.clone(),
-                            error,
-                        };
-                        return Replay {
-                            conf,
-                            steps,
-                            oom: Some(oom),
-                        };
-                    }
-                }
-            }
-            Action::Free => {
-                if let Some(addr) = at.remove(&e.alloc) {
-                    allocator.free(addr);
-                }
-            }
-            Action::PageHeld | Action::PageAlloc | Action::PageRelease => {}
-        }
+        let event = match e.action {
+            Action::Live | Action::Reserve | Action::OutOfMemory => Event::Alloc {
+                id: e.alloc,
+                bytes: e.bytes,
+                stream: StreamId::default(),
+            },
+            Action::Free => Event::Free { id: e.alloc },
+            Action::PageHeld | Action::PageAlloc | Action::PageRelease => continue,
+        };
+        events.push(event);
+        from.push(seq);
     }
-    close(&mut allocator, step, &mut steps);
+    let r = caching::replay(events, setting, limit, placed);
+    let oom = r.refusal.map(|refusal| {
+        let seq = from[refusal.index];
+        let label = trace.label(&trace.events[seq]);
+        Oom {
+            step: refusal.step,
+            seq,
+            bytes: refusal.bytes,
+            tensor: label.tensor.clone(),
+            op: label.op.clone(),
+            error: refusal.error,
+        }
+    });
     Replay {
-        conf,
-        steps,
-        oom: None,
+        conf: setting.layout,
+        steps: r.steps,
+        oom,
     }
 }
 

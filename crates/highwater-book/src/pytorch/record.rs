@@ -9,7 +9,6 @@ use serde::Deserialize;
 
 use super::{Conf, Replay, Setting, replay_placed};
 use crate::BookError;
-use graphrace::rounding::Divisions;
 use highwater::memtrace::MemTrace;
 
 /// One `replay_trace.py` record: a trace, one allocator setting, one run per tenant.
@@ -157,26 +156,9 @@ impl ReplayRecord {
     }
 
     /// The record's allocator setting as the model takes it, or `None` for what the model
-    /// has no rules for yet: the list form of `roundup_power2_divisions`, other keys, and
-    /// `max_split_size_mb` or `garbage_collection_threshold` with expandable segments.
+    /// has no rules for ([`Setting::parse`]).
     pub fn setting(&self) -> Option<Setting> {
-        let mut setting = Setting::from(Conf::Default);
-        for option in self.alloc_conf.split(',').filter(|o| !o.is_empty()) {
-            match option.split_once(':')? {
-                ("expandable_segments", "True") => setting.layout = Conf::Expandable,
-                ("expandable_segments", "False") => setting.layout = Conf::Default,
-                ("roundup_power2_divisions", n) => {
-                    setting.divisions = Divisions::all(n.parse().ok()?);
-                }
-                ("max_split_size_mb", mb) => {
-                    setting.max_split = Some(mb.parse::<u64>().ok()? << 20)
-                }
-                ("garbage_collection_threshold", t) => setting.gc_threshold = Some(t.parse().ok()?),
-                _ => return None,
-            }
-        }
-        let knobs = setting.max_split.is_some() || setting.gc_threshold.is_some();
-        (setting.layout == Conf::Default || !knobs).then_some(setting)
+        Setting::parse(&self.alloc_conf).ok()
     }
 }
 
