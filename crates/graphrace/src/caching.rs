@@ -92,7 +92,7 @@ impl Setting {
                     }
                 }
                 "roundup_power2_divisions" => {
-                    setting.divisions = parse_divisions(value).map_err(|r| fail(r))?;
+                    setting.divisions = parse_divisions(value).map_err(fail)?;
                 }
                 "max_split_size_mb" => {
                     let mb: u64 = value.parse().map_err(|_| {
