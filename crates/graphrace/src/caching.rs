@@ -240,6 +240,99 @@ impl fmt::Display for Setting {
     }
 }
 
+/// PyTorch's `format_size`: bytes up to 1 KiB, then KiB, MiB or GiB with two decimals.
+pub fn format_size(b: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = b as f64;
+    match b {
+        0..=1024 => format!("{b} bytes"),
+        1025..=1_048_576 => format!("{:.2} KiB", f / KIB),
+        1_048_577..=1_073_741_824 => format!("{:.2} MiB", f / (KIB * KIB)),
+        _ => format!("{:.2} GiB", f / (KIB * KIB * KIB)),
+    }
+}
+
+/// The figures PyTorch's message is made of, as `DeviceCachingAllocator::malloc` computes them
+/// on a card with another process holding some of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomFigures {
+    /// "Tried to allocate": the segment or pages asked of the device.
+    pub tried: u64,
+    /// The card's memory (`cudaMemGetInfo`'s total).
+    pub total: u64,
+    /// What the device had free after the allocator gave back what it could.
+    pub free: u64,
+    /// The process's memory (NVML): the allocator's segments and the CUDA context.
+    pub process: u64,
+    /// Another compute process's memory, as NVML lists it (0: none on the card).
+    pub others: u64,
+    /// The cap `set_per_process_memory_fraction` set, if one was.
+    pub allowed: Option<u64>,
+    /// Bytes in blocks handed out.
+    pub allocated: u64,
+    /// Segments' bytes not handed out: cached free blocks the give-back could not return.
+    pub unallocated: u64,
+}
+
+impl OomFigures {
+    /// The figures of `error` on a card of `total` bytes whose process took `context` for
+    /// its CUDA context, with another process holding `others` bytes of it and no cap.
+    pub fn of(error: &OutOfMemory, total: u64, context: u64, others: u64) -> OomFigures {
+        OomFigures {
+            tried: error.tried,
+            total,
+            free: error.limit - error.reserved,
+            process: error.reserved + context,
+            others,
+            allowed: None,
+            allocated: error.allocated,
+            unallocated: error.reserved - error.allocated,
+        }
+    }
+
+    /// The message, word for word as PyTorch 2.11 raises it on device 0
+    /// (`CUDACachingAllocator.cpp`'s `malloc`), but for the other process's id, which only
+    /// NVML on the card knows (`PID`), and the order NVML lists the processes in (the other
+    /// one first here).
+    pub fn message(&self) -> String {
+        let others = if self.others > 0 {
+            format!(
+                "Process PID has {} memory in use. ",
+                format_size(self.others)
+            )
+        } else {
+            String::new()
+        };
+        let allowed = self
+            .allowed
+            .map_or(String::new(), |a| format!("{} allowed; ", format_size(a)));
+        format!(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {}. GPU 0 has a total \
+             capacity of {} of which {} is free. {others}Including non-PyTorch memory, this \
+             process has {} memory in use. {allowed}{}",
+            format_size(self.tried),
+            format_size(self.total),
+            format_size(self.free),
+            format_size(self.process),
+            self.accounting(),
+        )
+    }
+
+    /// The message from "Of the allocated memory" on: the allocator's own figures and its
+    /// advice, the same on any card.
+    pub fn accounting(&self) -> String {
+        format!(
+            "Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch \
+             but unallocated. If reserved but unallocated memory is large try setting \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See \
+             documentation for Memory Management  \
+             (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
+            format_size(self.allocated),
+            format_size(self.unallocated),
+        )
+    }
+}
+
 /// The allocator under one [`Setting`], on a device that grants `limit` bytes.
 #[derive(Clone, Debug)]
 pub enum CachingAllocator {

@@ -28,6 +28,7 @@ pub mod rates;
 pub mod replay;
 mod rng;
 pub mod rounding;
+pub mod snapshot;
 pub mod step;
 pub mod suite;
 pub mod usage;

@@ -6,7 +6,7 @@
 
 pub mod record;
 
-pub use graphrace::caching::{Conf, Setting, StepFigures};
+pub use graphrace::caching::{Conf, OomFigures, Setting, StepFigures, format_size};
 
 use crate::BookError;
 use basics::bytes;
@@ -203,102 +203,15 @@ pub fn tenants_table(
     Ok(t)
 }
 
-/// PyTorch's `format_size`: bytes up to 1 KiB, then KiB, MiB or GiB with two decimals.
-pub fn format_size(b: u64) -> String {
-    const KIB: f64 = 1024.0;
-    let f = b as f64;
-    match b {
-        0..=1024 => format!("{b} bytes"),
-        1025..=1_048_576 => format!("{:.2} KiB", f / KIB),
-        1_048_577..=1_073_741_824 => format!("{:.2} MiB", f / (KIB * KIB)),
-        _ => format!("{:.2} GiB", f / (KIB * KIB * KIB)),
-    }
-}
-
-/// The figures PyTorch's message is made of, as `DeviceCachingAllocator::malloc` computes them
-/// on `card` with another process holding `others`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OomFigures {
-    /// "Tried to allocate": the segment or pages asked of the device.
-    pub tried: u64,
-    /// The card's memory (`cudaMemGetInfo`'s total).
-    pub total: u64,
-    /// What the device had free after the allocator gave back what it could.
-    pub free: u64,
-    /// The process's memory (NVML): the allocator's segments and the CUDA context.
-    pub process: u64,
-    /// Another compute process's memory, as NVML lists it (0: none on the card).
-    pub others: u64,
-    /// The cap `set_per_process_memory_fraction` set, if one was.
-    pub allowed: Option<u64>,
-    /// Bytes in blocks handed out.
-    pub allocated: u64,
-    /// Segments' bytes not handed out: cached free blocks the give-back could not return.
-    pub unallocated: u64,
-}
-
-impl OomFigures {
-    /// The figures of `error` on `card`, with another process holding `others` bytes of it
-    /// and no cap.
-    pub fn of(error: &OutOfMemory, card: &Card, others: u64) -> OomFigures {
-        OomFigures {
-            tried: error.tried,
-            total: card.total_bytes,
-            free: error.limit - error.reserved,
-            process: error.reserved + card.cuda_context_bytes,
-            others,
-            allowed: None,
-            allocated: error.allocated,
-            unallocated: error.reserved - error.allocated,
-        }
-    }
-
-    /// The message, word for word as PyTorch 2.11 raises it on device 0
-    /// (`CUDACachingAllocator.cpp`'s `malloc`), but for the other process's id, which only
-    /// NVML on the card knows (`PID`), and the order NVML lists the processes in (the other
-    /// one first here).
-    pub fn message(&self) -> String {
-        let others = if self.others > 0 {
-            format!(
-                "Process PID has {} memory in use. ",
-                format_size(self.others)
-            )
-        } else {
-            String::new()
-        };
-        let allowed = self
-            .allowed
-            .map_or(String::new(), |a| format!("{} allowed; ", format_size(a)));
-        format!(
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {}. GPU 0 has a total \
-             capacity of {} of which {} is free. {others}Including non-PyTorch memory, this \
-             process has {} memory in use. {allowed}{}",
-            format_size(self.tried),
-            format_size(self.total),
-            format_size(self.free),
-            format_size(self.process),
-            self.accounting(),
-        )
-    }
-
-    /// The message from "Of the allocated memory" on: the allocator's own figures and its
-    /// advice, the same on any card.
-    pub fn accounting(&self) -> String {
-        format!(
-            "Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch \
-             but unallocated. If reserved but unallocated memory is large try setting \
-             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See \
-             documentation for Memory Management  \
-             (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
-            format_size(self.allocated),
-            format_size(self.unallocated),
-        )
-    }
+/// The figures of PyTorch's message for `error` on `card`, with another process holding
+/// `others` bytes of it and no cap.
+pub fn oom_figures(error: &OutOfMemory, card: &Card, others: u64) -> OomFigures {
+    OomFigures::of(error, card.total_bytes, card.cuda_context_bytes, others)
 }
 
 /// The message's figures one by one, with what each is in this run.
 pub fn reading_table(oom: &Oom, card: &Card, others: u64) -> Table {
-    let f = OomFigures::of(&oom.error, card, others);
+    let f = oom_figures(&oom.error, card, others);
     let outside = card.total_bytes - f.free - f.process - others;
     Table::new(["the message says", "it is"])
         .row([
@@ -441,7 +354,7 @@ mod tests {
         assert_eq!(oom.step, 1);
         let e = oom.error;
         assert!(e.reserved + e.tried > e.limit && e.allocated <= e.reserved);
-        let f = OomFigures::of(&e, &recipe.card, 512 * MIB);
+        let f = oom_figures(&e, &recipe.card, 512 * MIB);
         assert_eq!(
             f.free + f.process + recipe.card.desktop_bytes + f.others,
             recipe.card.total_bytes

@@ -37,6 +37,11 @@ pub(crate) enum Command {
     /// Holds dry replays of a burn-fusion record to its traced GPU run (`rerun --trace-server`),
     /// reservation by reservation: where the servers part, and their persistent pages.
     Order(OrderArgs),
+    /// Will a PyTorch job fit? Replays a memory snapshot's requests through PyTorch's caching
+    /// allocator (modelled) on another card or under other allocator settings: whether it
+    /// fits, the peak reserved, the request refused and the message PyTorch would raise, and
+    /// the same for each setting worth trying.
+    Replay(crate::replay::ReplayArgs),
     /// Trains a recipe or a decoder on the GPU (burn-cuda) and records its pool step by step.
     #[cfg(feature = "cuda")]
     Rerun(RerunArgs),
@@ -323,7 +328,7 @@ pub(crate) enum CardArg {
 }
 
 /// `16GiB`, `16 GiB`, `80GB`, `512MiB`, `24000000000` (bytes); anything else is a path.
-fn parse_card(s: &str) -> Result<CardArg, String> {
+pub(crate) fn parse_card(s: &str) -> Result<CardArg, String> {
     let t = s.trim();
     let digits = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

@@ -28,6 +28,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Fit(a) => crate::fit::fit(a),
         Command::Atlas(a) => crate::atlas::atlas(a),
         Command::Order(a) => crate::order::order(a),
+        Command::Replay(a) => crate::replay::replay(a),
         #[cfg(feature = "cuda")]
         Command::Rerun(a) => crate::rerun::rerun(a),
     }

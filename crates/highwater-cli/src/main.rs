@@ -8,6 +8,7 @@
 //! highwater forensics ~/logs/ab2000_situ_s*.log
 //! highwater conform repro/results
 //! highwater fit repro/models/decoder.toml --card 16GiB --largest-batch
+//! highwater replay job.pickle --card 24GiB
 //! highwater rerun --recipe repro/recipes/wave-stack.toml --activation situ-fused --steps 50   # feature cuda
 //! ```
 //!
@@ -34,6 +35,10 @@
 //! * `order` replays a burn-fusion record traced on the GPU dry, with the server traced, and
 //!   says where the two servers part and which persistent pages each opened (see
 //!   `dryrun::traced`).
+//! * `replay` reads a PyTorch memory snapshot and replays its requests through PyTorch's
+//!   caching allocator as `graphrace` models it, on another card or under other allocator
+//!   settings: whether it fits, the request refused and PyTorch's message (see
+//!   `graphrace::snapshot`).
 //! * `atlas` merges autotune caches recorded on a GPU into the card's atlas, the kernel choices
 //!   `fit` starts from (see `dryrun::atlas`).
 //!
@@ -53,6 +58,7 @@ mod fit022;
 mod input;
 mod order;
 mod quiet;
+mod replay;
 #[cfg(feature = "cuda")]
 mod rerun;
 

@@ -10,6 +10,7 @@ use snapshots::text;
 
 mod fit;
 mod order;
+mod replay;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -272,7 +272,7 @@ pub fn hold(run: &TorchRun, trace: &MemTrace, setting: Setting) -> Held {
 mod tests {
     use super::*;
     use crate::Book;
-    use crate::pytorch::{OomFigures, format_size};
+    use crate::pytorch::{OomFigures, format_size, oom_figures};
     use std::collections::BTreeMap;
 
     /// The model's message, held to what PyTorch 2.11 printed on the runs the cap refused in
@@ -295,7 +295,7 @@ mod tests {
                 .unwrap();
             let figures = OomFigures {
                 allowed: Some(run.allowed),
-                ..OomFigures::of(&oom.error, &recipe.card, 0)
+                ..oom_figures(&oom.error, &recipe.card, 0)
             };
             let tried = format!(
                 "CUDA out of memory. Tried to allocate {}. GPU 0 ",
