@@ -237,7 +237,11 @@ pub struct Requests {
     /// Tensors already alive when the trace starts (the ring buffer had dropped their
     /// `alloc`): how many, and their bytes.
     pub before_trace: (usize, u64),
-    /// Steps found (1 when the trace has no optimizer annotations).
+    /// The step the trace starts in: 1, unless the ring buffer dropped the steps before it
+    /// (the optimizer's annotations are kept whole).
+    pub first_step: u64,
+    /// The last step: steps are counted from 1 (the trace is one step when it has no
+    /// optimizer annotations).
     pub steps: u64,
     /// Whether steps came from annotations.
     pub annotated: bool,
@@ -350,20 +354,23 @@ impl Snapshot {
         let mut body: Vec<(Event, usize)> = Vec::new();
         let mut recorded_refusal = None;
         let step_ends = &self.optimizer_steps;
-        let mut next_end = 0;
-        let mut step = 1;
-        let mut pending_step = false;
+        // A trace cut by the ring buffer starts after the steps whose ends came before it.
+        let start = self.events.first().map_or(0, |e| e.time_us);
+        let mut next_end = step_ends.partition_point(|&t| t < start);
+        let first_step = 1 + next_end as u64;
+        let mut step = first_step;
+        let mut ended = 0;
         for (i, e) in self.events.iter().enumerate() {
             while next_end < step_ends.len() && e.time_us > step_ends[next_end] {
                 next_end += 1;
-                pending_step = true;
+                ended += 1;
             }
             match e.action {
                 Action::Alloc | Action::Oom => {
-                    if pending_step {
-                        step += 1;
+                    if ended > 0 {
+                        step += ended;
                         body.push((Event::Step(step), i));
-                        pending_step = false;
+                        ended = 0;
                     }
                     if e.size > MAX_REQUEST_BYTES {
                         return Err(SnapshotError::Field {
@@ -404,7 +411,7 @@ impl Snapshot {
             }
         }
         let (private_pools, before_streams) = self.alive_through(&mut before);
-        let mut events = vec![Event::Step(1)];
+        let mut events = vec![Event::Step(first_step)];
         let mut origin = vec![None];
         let mut before_bytes = 0;
         for (addr, &(id, bytes)) in &before {
@@ -426,6 +433,7 @@ impl Snapshot {
             events,
             origin,
             before_trace: (before.len(), before_bytes),
+            first_step,
             steps: step,
             annotated: !step_ends.is_empty(),
             streams: streams.len(),
