@@ -349,7 +349,8 @@ impl Snapshot {
         // Tensors by address while alive; ids are the alloc's index in the trace, and
         // `len + k` for the k-th tensor made before the trace.
         let mut live: HashMap<u64, u64> = HashMap::new();
-        let mut before: BTreeMap<u64, (u64, u64)> = BTreeMap::new(); // addr -> (id, bytes)
+        // Tensors made before the trace, by address: (id, bytes, stream).
+        let mut before: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
         let first_id = self.events.len() as u64;
         let mut body: Vec<(Event, usize)> = Vec::new();
         let mut recorded_refusal = None;
@@ -401,8 +402,7 @@ impl Snapshot {
                     Some(id) => body.push((Event::Free { id }, i)),
                     None if !before.contains_key(&e.addr) && e.size <= MAX_REQUEST_BYTES => {
                         let id = first_id + before.len() as u64;
-                        before.insert(e.addr, (id, e.size));
-                        stream_of(e.stream)?;
+                        before.insert(e.addr, (id, e.size, e.stream));
                         body.push((Event::Free { id }, i));
                     }
                     None => {}
@@ -410,12 +410,11 @@ impl Snapshot {
                 _ => {}
             }
         }
-        let (private_pools, before_streams) = self.alive_through(&mut before);
+        let private_pools = self.alive_through(&mut before);
         let mut events = vec![Event::Step(first_step)];
         let mut origin = vec![None];
         let mut before_bytes = 0;
-        for (addr, &(id, bytes)) in &before {
-            let stream = before_streams.get(addr).copied().unwrap_or(0);
+        for &(id, bytes, stream) in before.values() {
             before_bytes += bytes;
             events.push(Event::Alloc {
                 id,
@@ -442,9 +441,8 @@ impl Snapshot {
         })
     }
     /// Adds to `before` the blocks in use at the dump that no `alloc` of the trace made
-    /// (alive through the whole trace); returns whether the dump has graph pools, and those
-    /// blocks' streams.
-    fn alive_through(&self, before: &mut BTreeMap<u64, (u64, u64)>) -> (bool, HashMap<u64, u64>) {
+    /// (alive through the whole trace); returns whether the dump has graph pools.
+    fn alive_through(&self, before: &mut BTreeMap<u64, (u64, u64, u64)>) -> bool {
         let first_id = self.events.len() as u64;
         let made: HashSet<u64> = self
             .events
@@ -453,7 +451,6 @@ impl Snapshot {
             .map(|e| e.addr)
             .collect();
         let mut private_pools = false;
-        let mut streams: HashMap<u64, u64> = HashMap::new();
         for s in &self.segments {
             private_pools |= s.private_pool;
             for b in s.blocks.iter().filter(|b| b.in_use) {
@@ -467,12 +464,11 @@ impl Snapshot {
                     } else {
                         b.size
                     };
-                    before.insert(b.address, (id, bytes));
-                    streams.insert(b.address, s.stream);
+                    before.insert(b.address, (id, bytes, s.stream));
                 }
             }
         }
-        (private_pools, streams)
+        private_pools
     }
 }
 
