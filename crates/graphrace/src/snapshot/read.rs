@@ -196,21 +196,26 @@ impl Doc<'_> {
                 .any(|&x| !matches!(self.p.node(x), Node::Int(0))),
             _ => false,
         };
+        let address = self.number(id, at, "address")?;
         let mut blocks = Vec::new();
+        // Blocks tile their segment in order; versions before 2.1 gave no block addresses.
+        let mut next = address;
         let list = self.list(self.field(id, at, "blocks")?, &format!("{at}.blocks"))?;
         for (i, &b) in list.iter().enumerate() {
             let at = format!("{at}.blocks[{i}]");
             self.dict(b, &at)?;
             let state = self.string(self.field(b, &at, "state")?, &format!("{at}.state"))?;
-            blocks.push(BlockAtDump {
-                address: self.number(b, &at, "address")?,
+            let block = BlockAtDump {
+                address: self.number_or(b, &at, "address", next)?,
                 size: self.number(b, &at, "size")?,
                 requested_size: self.number_or(b, &at, "requested_size", 0)?,
                 in_use: state.starts_with("active"),
-            });
+            };
+            next = block.address.saturating_add(block.size);
+            blocks.push(block);
         }
         Ok(Some(SegmentAtDump {
-            address: self.number(id, at, "address")?,
+            address,
             total_size: self.number(id, at, "total_size")?,
             stream: self.number_or(id, at, "stream", 0)?,
             private_pool,
