@@ -4,6 +4,7 @@
 //! [`graphrace::expandable`] for `expandable_segments:True`). Same requests, PyTorch's rules:
 //! what `torch.cuda` would have reported, step by step, and the error it would have raised.
 
+pub mod programs;
 pub mod record;
 
 pub use graphrace::caching::{Conf, OomFigures, Setting, StepFigures, format_size};
