@@ -42,9 +42,10 @@ pub(crate) struct ReplayArgs {
     /// once the CUDA context is up, or what `set_per_process_memory_fraction` allows.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub free: Option<u64>,
-    /// The job's CUDA context and other memory outside the allocator, on a --card (measured
-    /// with PyTorch 2.11 on an H100: 0.73 GiB in every OOM message of the program records in
-    /// repro/results/pytorch/programs).
+    /// The job's CUDA context and other memory outside the allocator, on a --card. Measured
+    /// with PyTorch 2.11 on an H100: 673 to 760 MiB more than reserved in the process's memory
+    /// of each OOM message in repro/results/pytorch/programs; the default is near the top,
+    /// the side that promises less.
     #[arg(long, value_name = "SIZE", default_value = "750MiB", value_parser = parse_size)]
     pub context: u64,
     /// Other processes' memory on a --card.
