@@ -14,6 +14,8 @@
 //!   `alloc` made. They are allocated first, in address order, and the answer says how many
 //!   and how many bytes: what the allocator had cached before the trace is not known.
 //! - **Streams** are numbered as they first appear; a block is reused only on its stream.
+//! - **CUDA graph private pools**: a request at an address of a private pool's segment (as
+//!   the dump has it) is replayed in that pool, whose blocks no other request gets.
 //! - **Steps** come from `external_annotations`: each `Optimizer.step` ends a step, and the
 //!   next starts at the first request after it. Without them the trace is one step.
 //! - **A refused request** (`oom`) was made and never served: it is replayed as a request,
@@ -204,8 +206,8 @@ pub struct SegmentAtDump {
     pub total_size: u64,
     /// The stream it belongs to.
     pub stream: u64,
-    /// A CUDA graph's private pool's, not the ordinary one's.
-    pub private_pool: bool,
+    /// The CUDA graph private pool it belongs to (`segment_pool_id`), if not the ordinary one.
+    pub private_pool: Option<(i64, i64)>,
     /// Its blocks in address order.
     pub blocks: Vec<BlockAtDump>,
 }
@@ -249,8 +251,11 @@ pub struct Requests {
     pub streams: usize,
     /// The request the recorded run refused, as an index into [`Requests::events`].
     pub recorded_refusal: Option<usize>,
-    /// Requests on a CUDA graph's private pool are not told apart: whether the dump had any.
-    pub private_pools: bool,
+    /// CUDA graph private pools in the dump. A request at an address of one of their segments
+    /// is replayed as that pool's (blocks of a pool are never handed to another); a segment a
+    /// pool gave back before the dump is not known, and its requests count as the ordinary
+    /// pool's.
+    pub private_pools: usize,
 }
 
 /// Reads a snapshot from its pickle's bytes; `device` picks the device when more than one has
@@ -346,6 +351,7 @@ impl Snapshot {
             }
             Ok(*streams.entry(s).or_insert(StreamId(n as u32)))
         };
+        let pools = Pools::of(&self.segments);
         // Tensors by address while alive; ids are the alloc's index in the trace, and
         // `len + k` for the k-th tensor made before the trace.
         let mut live: HashMap<u64, u64> = HashMap::new();
@@ -373,16 +379,11 @@ impl Snapshot {
                         body.push((Event::Step(step), i));
                         ended = 0;
                     }
-                    if e.size > MAX_REQUEST_BYTES {
-                        return Err(SnapshotError::Field {
-                            field: format!("device_traces[{}][{i}].size", self.device),
-                            reason: format!(
-                                "{} B is past any card ({MAX_REQUEST_BYTES} B)",
-                                e.size
-                            ),
-                        });
-                    }
-                    let stream = stream_of(e.stream)?;
+                    self.within_any_card(e, i)?;
+                    let stream = match e.action {
+                        Action::Oom => stream_of(e.stream)?,
+                        _ => stream_of(pools.key(e.addr, e.stream))?,
+                    };
                     if e.action == Action::Oom {
                         recorded_refusal.get_or_insert(body.len());
                     } else {
@@ -402,7 +403,7 @@ impl Snapshot {
                     Some(id) => body.push((Event::Free { id }, i)),
                     None if !before.contains_key(&e.addr) && e.size <= MAX_REQUEST_BYTES => {
                         let id = first_id + before.len() as u64;
-                        before.insert(e.addr, (id, e.size, e.stream));
+                        before.insert(e.addr, (id, e.size, pools.key(e.addr, e.stream)));
                         body.push((Event::Free { id }, i));
                     }
                     None => {}
@@ -410,7 +411,7 @@ impl Snapshot {
                 _ => {}
             }
         }
-        let private_pools = self.alive_through(&mut before);
+        self.alive_through(&mut before, &pools);
         let mut events = vec![Event::Step(first_step)];
         let mut origin = vec![None];
         let mut before_bytes = 0;
@@ -437,12 +438,23 @@ impl Snapshot {
             annotated: !step_ends.is_empty(),
             streams: streams.len(),
             recorded_refusal: recorded_refusal.map(|r| r + shift),
-            private_pools,
+            private_pools: pools.count,
         })
     }
+    /// Refuses a request past any card: a broken file, not a job.
+    fn within_any_card(&self, e: &TraceEvent, i: usize) -> Result<(), SnapshotError> {
+        if e.size <= MAX_REQUEST_BYTES {
+            return Ok(());
+        }
+        Err(SnapshotError::Field {
+            field: format!("device_traces[{}][{i}].size", self.device),
+            reason: format!("{} B is past any card ({MAX_REQUEST_BYTES} B)", e.size),
+        })
+    }
+
     /// Adds to `before` the blocks in use at the dump that no `alloc` of the trace made
-    /// (alive through the whole trace); returns whether the dump has graph pools.
-    fn alive_through(&self, before: &mut BTreeMap<u64, (u64, u64, u64)>) -> bool {
+    /// (alive through the whole trace).
+    fn alive_through(&self, before: &mut BTreeMap<u64, (u64, u64, u64)>, pools: &Pools) {
         let first_id = self.events.len() as u64;
         let made: HashSet<u64> = self
             .events
@@ -450,9 +462,7 @@ impl Snapshot {
             .filter(|e| e.action == Action::Alloc)
             .map(|e| e.addr)
             .collect();
-        let mut private_pools = false;
         for s in &self.segments {
-            private_pools |= s.private_pool;
             for b in s.blocks.iter().filter(|b| b.in_use) {
                 if !made.contains(&b.address)
                     && !before.contains_key(&b.address)
@@ -464,11 +474,49 @@ impl Snapshot {
                     } else {
                         b.size
                     };
-                    before.insert(b.address, (id, bytes, s.stream));
+                    before.insert(b.address, (id, bytes, pools.key(b.address, s.stream)));
                 }
             }
         }
-        private_pools
+    }
+}
+
+/// The CUDA graph private pools of a dump, by the address ranges of their segments.
+struct Pools {
+    /// `(start, end, key)` by start; a pool's key has the top bit set, which no stream (a
+    /// pointer, or 0) has.
+    ranges: Vec<(u64, u64, u64)>,
+    count: usize,
+}
+
+impl Pools {
+    fn of(segments: &[SegmentAtDump]) -> Pools {
+        let mut ids: Vec<(i64, i64)> = Vec::new();
+        let mut ranges = Vec::new();
+        for s in segments {
+            let Some(id) = s.private_pool else { continue };
+            let ordinal = ids.iter().position(|&p| p == id).unwrap_or_else(|| {
+                ids.push(id);
+                ids.len() - 1
+            });
+            let end = s.address.saturating_add(s.total_size);
+            ranges.push((s.address, end, 1 << 63 | ordinal as u64));
+        }
+        ranges.sort_unstable();
+        Pools {
+            ranges,
+            count: ids.len(),
+        }
+    }
+
+    /// What a request at `addr` on `stream` is replayed on: its pool's key inside a private
+    /// pool's segment, else its stream.
+    fn key(&self, addr: u64, stream: u64) -> u64 {
+        let i = self.ranges.partition_point(|r| r.0 <= addr);
+        match i.checked_sub(1).map(|i| self.ranges[i]) {
+            Some((_, end, key)) if addr < end => key,
+            _ => stream,
+        }
     }
 }
 

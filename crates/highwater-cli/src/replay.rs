@@ -333,8 +333,12 @@ impl Report {
             out += "The recorded run was refused a request: its trace ends there, so a replay \
                     that serves it says nothing of what would have come after.\n";
         }
-        if requests.private_pools {
-            out += "The snapshot has CUDA graph pools: their requests are replayed as ordinary ones.\n";
+        if requests.private_pools > 0 {
+            out += &format!(
+                "The dump has {} CUDA graph pool(s): a request in one of their segments is \
+                 replayed in its pool; a segment a pool gave back before the dump is not known.\n",
+                requests.private_pools
+            );
         }
         out += &format!("The allocator may take {}.\n\n", format_size(self.limit));
         let first = &self.settings[0];

@@ -190,11 +190,22 @@ impl Doc<'_> {
         if self.number_or(id, at, "device", device as u64)? != device as u64 {
             return Ok(None);
         }
+        // `(0, 0)` is the ordinary pool; a CUDA graph's private pool has an id of its own.
         let private_pool = match self.get(id, "segment_pool_id").map(|p| self.p.node(p)) {
-            Some(Node::Tuple(pool) | Node::List(pool)) => pool
-                .iter()
-                .any(|&x| !matches!(self.p.node(x), Node::Int(0))),
-            _ => false,
+            Some(Node::Tuple(pool) | Node::List(pool)) => {
+                let ids: Vec<i64> = pool
+                    .iter()
+                    .map(|&x| match self.p.node(x) {
+                        Node::Int(n) => *n,
+                        _ => 0,
+                    })
+                    .collect();
+                match ids.as_slice() {
+                    [a, b] if (*a, *b) != (0, 0) => Some((*a, *b)),
+                    _ => None,
+                }
+            }
+            _ => None,
         };
         let address = self.number(id, at, "address")?;
         let mut blocks = Vec::new();

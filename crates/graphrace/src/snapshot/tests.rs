@@ -454,3 +454,33 @@ fn a_real_trace_cut_in_half_finds_what_was_alive_at_the_cut() {
         );
     }
 }
+
+/// A block freed in a CUDA graph's private pool is not handed to an ordinary request: the
+/// request at an address of the pool's segment (at the dump) is replayed in that pool.
+#[test]
+fn a_graphs_private_pool_keeps_its_blocks_to_itself() {
+    let graph = 0x1_0000_0000;
+    let mut pool_segment =
+        segment_value(graph, 20 * MIB, vec![block(graph, 20 * MIB, 0, "inactive")]);
+    if let Value::Dict(d) = &mut pool_segment {
+        d.insert(
+            HashableValue::String("segment_pool_id".into()),
+            Value::Tuple(vec![Value::I64(1), Value::I64(0)]),
+        );
+    }
+    let bytes = snapshot(
+        vec![pool_segment],
+        vec![
+            ev("alloc", graph, 12 * MIB, 0, 1),
+            ev("free_completed", graph, 12 * MIB, 0, 2),
+            ev("alloc", 0x2_0000_0000, 12 * MIB, 0, 3),
+        ],
+        vec![],
+    );
+    let r = read(&bytes, None).unwrap().requests().unwrap();
+    assert_eq!((r.private_pools, r.streams), (1, 2));
+    let replay = caching::replay(r.events, Conf::Default.into(), 1 << 30, &[]);
+    // 12 MiB asks a 12 MiB segment: one for the pool, one for the ordinary request (one
+    // alone if the freed block were shared).
+    assert_eq!(replay.peak_reserved, 24 * MIB, "a segment for each pool");
+}
