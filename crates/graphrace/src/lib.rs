@@ -14,6 +14,15 @@
 //!
 //! Everything is seeded and deterministic: the same configuration, sessions, timing and
 //! workload give the same rates on every machine.
+//!
+//! The caching allocator under the capture is PyTorch 2.11's, and stands on its own too:
+//!
+//! ```text
+//! snapshot::read              a PyTorch memory snapshot's bytes (its pickle) → Snapshot
+//!   → Snapshot::requests      its requests and frees, steps and streams, as caching::Events
+//!   → caching::replay         through pool / expandable under a PYTORCH_CUDA_ALLOC_CONF
+//!   → snapshot::verdict       fits or not, the request refused, PyTorch's message figures
+//! ```
 
 pub mod arms;
 pub mod caching;
