@@ -182,6 +182,16 @@ pub fn decoder_held_out(book: &Book) -> Result<Table, BookError> {
     Ok(t)
 }
 
+/// The band's width where it is widest, and at which step: the last column gives the last
+/// step's edges, which may be narrower.
+fn widest_step(reserved: &[(Option<u64>, u64, Option<u64>)], width: u64) -> String {
+    let step = reserved
+        .iter()
+        .position(|&(l, _, h)| l.zip(h).is_some_and(|(l, h)| h - l == width))
+        .map_or(String::new(), |i| format!(" (step {})", i + 1));
+    format!("band at most {} wide{step}", bytes::show(width))
+}
+
 /// One backend's row of [`decoder_held_out`], and how many of its figures of bytes in use
 /// differ from the GPU's. On burn-fusion bytes reserved are held to the band of its schedules.
 fn decoder_replayed(
@@ -212,7 +222,7 @@ fn decoder_replayed(
                 check.steps_outside(),
                 e.steps_compared()
             ),
-            format!("band {} wide", bytes::show(band.width())),
+            widest_step(&check.reserved, band.width()),
             format!(
                 "{} / {} … {}",
                 last(&record.steps)?,
