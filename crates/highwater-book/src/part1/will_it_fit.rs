@@ -292,8 +292,12 @@ pub fn decoder_schedules(book: &Book) -> Result<Table, BookError> {
         "the GPU's pages at both",
     ]);
     let mut hits = 0;
-    let runs = std::iter::once((situ::band::schedules(record.backend)[0], &band.predicted))
-        .chain(band.explored.iter().map(|(s, o)| (*s, o)));
+    let predicted = situ::band::schedules(record.backend)[0];
+    let mut runs: Vec<_> = std::iter::once((predicted, &band.predicted))
+        .chain(band.explored.iter().map(|(s, o)| (*s, o)))
+        .collect();
+    // By how far burn-fusion is behind, the prediction's among them.
+    runs.sort_by_key(|(s, _)| (s.lag, !s.modes_overtake));
     for (schedule, outcome) in runs {
         let at = |i: usize| outcome.steps.get(i).map_or(0, |s| s.reserved);
         let on = |i: usize| {
@@ -301,8 +305,12 @@ pub fn decoder_schedules(book: &Book) -> Result<Table, BookError> {
             at(i) + page >= l && at(i) <= h + page
         };
         hits += usize::from(on(0) && on(last));
+        let mut label = schedule_label(schedule);
+        if schedule == predicted {
+            label += " (the prediction)";
+        }
         t.push([
-            schedule_label(schedule),
+            label,
             bytes::signed(at(0) as i64 - gpu_at(0).0 as i64),
             bytes::signed(at(last) as i64 - gpu_at(last).0 as i64),
             if on(0) && on(last) { "yes" } else { "no" }.to_string(),
