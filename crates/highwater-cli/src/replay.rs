@@ -323,8 +323,7 @@ impl Report {
             out += &format!(
                 "The trace starts mid-run, in step {} (the history's ring buffer was full): {n} \
                  tensors ({}) were alive before it and are allocated first; what the allocator \
-                 had cached then is not known (on a real trace cut in half, the replay's peaks \
-                 came out 1 MiB over in allocated and 16 MiB over in reserved).\n",
+                 had cached then is not known, so the peaks may part from the job's.\n",
                 self.first_step,
                 format_size(bytes)
             );
