@@ -6,10 +6,11 @@
 
 pub mod programs;
 pub mod record;
+pub mod settings;
 
 pub use graphrace::caching::{Conf, OomFigures, Setting, StepFigures, format_size};
 
-use crate::BookError;
+use crate::{Book, BookError};
 use basics::bytes;
 use cell_output::Table;
 use graphrace::caching::{self, Event};
@@ -18,6 +19,22 @@ use graphrace::usage::OutOfMemory;
 use highwater::RunReport;
 use highwater::memtrace::{Action, MemTrace};
 use highwater::recipe::{Card, Recipe};
+
+/// The book's trace: the SiTU arm at this seed, whose pool Part I sees refuse a page...
+pub const SEED: u64 = 3;
+/// ...traced for as many steps as its simulated run lasts.
+pub const STEPS: u64 = 100;
+/// Another process on the card: enough to kill the job under PyTorch's rules too.
+pub const TENANT: u64 = 320 << 20;
+
+/// The SiTU recipe, and its run at [`SEED`] over [`STEPS`] steps with every reservation and
+/// release traced: the requests this chapter and the allocator reference replay.
+pub fn situ(book: &Book) -> Result<(Recipe, RunReport, MemTrace), BookError> {
+    let recipe = book.recipe("situ")?;
+    let (report, trace) = highwater::run::simulate_traced(&recipe, SEED, 1..=STEPS)
+        .map_err(|e| BookError::Refused(e.to_string()))?;
+    Ok((recipe, report, trace))
+}
 
 /// The request PyTorch could not serve.
 #[derive(Clone, Debug, PartialEq, Eq)]

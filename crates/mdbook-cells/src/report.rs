@@ -35,12 +35,15 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
     let count = |f: &dyn Fn(&CellEntry) -> bool| report.entries.iter().filter(|e| f(e)).count();
     let frozen = count(&|e| matches!(e.source, Source::Frozen { .. }));
     let stale = count(&|e| matches!(e.source, Source::Frozen { stale: true, .. }));
+    // A chapter's prelude has no output of its own: counted apart, every cell is accounted for.
+    let shared = count(&|e| matches!(e.source, Source::Shared));
     let failed = count(&|e| matches!(e.status, Status::Failed(_)));
     let mut out = String::from("\n<div class=\"cell-report\">\n\n");
     let _ = writeln!(
         out,
         "**{} cells** in {}: {} ran in this build, {} came from this machine's cache, {} from \
-         the committed store, {} from GPU runs recorded earlier ({} stale); {}, running {}{}. \
+         the committed store, {} from GPU runs recorded earlier ({} stale), and {} {} code \
+         shared by a chapter's cells, with no output of its own; {}, running {}{}. \
          **{} failed, {} problem(s).**\n",
         report.entries.len(),
         plural(chapters(&report.entries).len(), "chapter"),
@@ -49,6 +52,8 @@ pub(crate) fn render(report: &Report, docs: &[Document], from_html: &str) -> Str
         report.stored,
         frozen,
         stale,
+        shared,
+        if shared == 1 { "is" } else { "are" },
         match report.compiled {
             Compilation::Nothing => "nothing was compiled".to_string(),
             Compilation::Crate => format!("compiling took {}", seconds(report.compile_time)),

@@ -18,15 +18,12 @@
 //! changes one output changes one entry, so the diff says which figure moved.
 
 use crate::outcome::Stored;
-use crate::types::{Problem, StoreNote};
+use crate::types::{Problem, REFRESH_COMMAND, StoreNote};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The one command that rewrites the store (written at the top of each file).
-pub const REFRESH_COMMAND: &str = "MDBOOK_CELLS_STORE=refresh mdbook build";
 
 /// A rerun is given this many times the run time recorded with its output before it is killed
 /// (or the configured timeout, if that is longer): the timeout bounds a hang, and a cell that

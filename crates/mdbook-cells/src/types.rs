@@ -6,6 +6,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
+/// The one command that rewrites the store (written at the top of each file). Here, beside
+/// [`StoreNote`] which names it, so that the store depends on these types and not back.
+pub const REFRESH_COMMAND: &str = "MDBOOK_CELLS_STORE=refresh mdbook build";
+
 /// The longest a cell may be given (a day): a timeout is a bound on a hang, and a larger one
 /// would overflow the clock's arithmetic long before it meant anything.
 pub const MAX_TIMEOUT_S: u64 = 24 * 60 * 60;
@@ -227,7 +231,7 @@ impl fmt::Display for StoreNote {
             StoreNote::Served { missing } => write!(
                 f,
                 "{missing} output(s) computed here are not in the store (`{}` adds them)",
-                crate::store::REFRESH_COMMAND
+                REFRESH_COMMAND
             ),
             StoreNote::NotRead => write!(f, "every output from this machine's cache"),
             StoreNote::Verified => write!(f, "every cell rerun and held to the store"),

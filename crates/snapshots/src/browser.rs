@@ -50,7 +50,14 @@ pub fn probe(chromium: &str, page: &Path, probe: &Probe<'_>, scratch: &Path) -> 
         .replacen("</body>", &format!("{script}</body>"), 1);
     let copy = page.with_extension(format!("probe-{tag}.html"));
     std::fs::write(&copy, probed).unwrap();
-    let profile = scratch.join(format!("chromium-{tag}"));
+    // A profile per page and tag: two browsers on one profile refuse each other (tests run
+    // in parallel).
+    let profile = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        page.hash(&mut h);
+        scratch.join(format!("chromium-{tag}-{:016x}", h.finish()))
+    };
     // A browser that hangs fails the test instead of holding it forever.
     let output = Command::new("timeout")
         .arg("120")
@@ -72,6 +79,7 @@ pub fn probe(chromium: &str, page: &Path, probe: &Probe<'_>, scratch: &Path) -> 
         .output()
         .expect("run chromium");
     let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_dir_all(&profile);
     let dom = String::from_utf8_lossy(&output.stdout);
     dom.split(&format!("data-{attr}=\""))
         .nth(1)

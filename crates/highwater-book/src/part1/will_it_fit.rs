@@ -107,7 +107,8 @@ pub fn cliff_row(total_bytes: u64, row_bytes: u64, largest: u64) -> Option<[Stri
         (largest + 1).to_string(),
         format!(
             "an activation of {} per sample {fills} a page of {} at batch {largest}; one sample \
-             more and each takes a page of {}",
+             more and each takes a page of {}, and those pages leave too little of the card for \
+             the pages asked for after them",
             bytes::show(row_bytes),
             bytes::show(here),
             bytes::show(next)
@@ -137,7 +138,7 @@ pub fn search_table(search: &BatchSearch) -> Table {
             "the next one".to_string(),
             batch.to_string(),
             format!(
-                "dies in step {}, {}: a page of {page} refused",
+                "dies in step {}, {}: the card is too full for the next page asked for ({page})",
                 d.step,
                 written_name(&d.phase)
             ),
@@ -463,7 +464,7 @@ mod tests {
         assert_eq!(rows[0][..2], ["largest that fits", "4"]);
         assert_eq!(rows[1][..2], ["the next one", "5"]);
         assert!(
-            rows[1][2].starts_with("dies in step 1, forward: a page of "),
+            rows[1][2].starts_with("dies in step 1, forward: the card is too full for the next"),
             "{rows:?}"
         );
         assert_eq!(rows[2][1..], ["6", "1 2 4 8✗ 6✗ 5✗"]);

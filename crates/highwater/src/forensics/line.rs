@@ -43,7 +43,8 @@ pub(crate) fn classify(line: &str) -> Line {
             .and_then(leading_u64);
         return Line::Death(step.and_then(|s| u32::try_from(s).ok()));
     }
-    if let Some(rest) = line.strip_prefix("step ")
+    // `highwater rerun` right-aligns the number (`step     1/100 | …`).
+    if let Some(rest) = line.strip_prefix("step ").map(str::trim_start)
         && let Some(n) = leading_u64(rest)
         && let Ok(n) = u32::try_from(n)
     {

@@ -67,6 +67,16 @@ fn step_lines_and_their_lookalikes() {
     assert_eq!(classify("step 12abc"), Line::Other);
     assert_eq!(classify("train start: preset=x.toml"), Line::Header);
     assert_eq!(classify("train done: 2000 steps"), Line::Done);
+    // `highwater rerun` right-aligns the step; its death line repeats the first refusal's
+    // message, which is not one more refusal (Table 10.3 once counted 25 of the log's 24).
+    assert_eq!(classify("step    10/100 | loss 3.2"), Line::Step(10));
+    assert_eq!(
+        classify(
+            "step     1/100 | died in forward: called `Result::unwrap()` on an `Err` value: \
+             can't allocate buffer of size: 36647936 | 24 failed reserves, pages 35 MiB"
+        ),
+        Line::Step(1)
+    );
 }
 
 #[test]

@@ -50,7 +50,7 @@ pub(crate) fn settle_store(
                 held.problems.push(Problem {
                     file: file.display().to_string(),
                     line: 0,
-                    reason: format!("{why}: `{}` rewrites it", store::REFRESH_COMMAND),
+                    reason: format!("{why}: `{}` rewrites it", crate::types::REFRESH_COMMAND),
                 });
             }
             StoreNote::Verified

@@ -6,7 +6,9 @@
 // - a figure element drawn with too little contrast against what it is drawn on;
 // - a figure or table without a number, or without the evidence it rests on (the build
 //   report's own tables aside: they are the engine's account of the build, not evidence);
-// - a glossary whose terms are out of alphabetical order.
+// - a glossary whose terms are out of alphabetical order;
+// - figures that disagree on one page: a band's width and its edges, a log's count of failed
+//   reserves and the table that lists them, the build report's counts and its total.
 // Words: the page's main text outside code blocks, tables, figures, folded sections and the
 // engine's badges and notes (captions count: a reader reads them).
 (() => {
@@ -94,6 +96,55 @@
       out.push(`unnumbered: a ${kind.toLowerCase()} (${where(e)})`);
     if (!caption || !caption.querySelector('.cell-evidence'))
       out.push(`unlabelled: a ${kind.toLowerCase()} says nothing of its evidence (${where(e)})`);
+  });
+  // Figures that disagree on one page (issue 51). Sizes as the book writes them, in MiB.
+  const UNIT = { B: 1 / 1048576, KiB: 1 / 1024, MiB: 1, GiB: 1024 };
+  const SIZE = '([0-9][0-9.]*) (B|KiB|MiB|GiB)';
+  const mib = (v, u) => Number(v) * UNIT[u];
+  const close = (a, b, slack) => Math.abs(a - b) <= slack + 0.02 * Math.max(a, b);
+  // A band's stated width against its edges: "X wide" beside one range "A … B" in the same
+  // row or paragraph may not be narrower than the range, nor wider unless it says "at most".
+  main.querySelectorAll('tr, p, li').forEach(e => {
+    const t = e.textContent;
+    const w = t.match(new RegExp(`(at most )?${SIZE} wide`));
+    const ranges = [...t.matchAll(new RegExp(`([0-9][0-9.]*)(?: (B|KiB|MiB|GiB))? ?(?:…|–) ?${SIZE}`, 'g'))];
+    if (!w || ranges.length !== 1) return;
+    const [, a, au, b, bu] = ranges[0];
+    const [width, apart] = [mib(w[2], w[3]), mib(b, bu) - mib(a, au || bu)];
+    // The edges are printed to about three digits: each may be off by half its last one.
+    const slack = 0.01 * UNIT[bu];
+    if (apart > width + slack || (!w[1] && !close(width, apart, slack)))
+      out.push(`width: "${w[0]}" beside ${ranges[0][0]}, ${(apart / UNIT[w[3]]).toFixed(2)} ${w[3]} apart (${where(e)})`);
+  });
+  // A count against its table: a log line "N failed reserves, pages …" on the page lists N
+  // pages, and agrees size by size with one of the page's table cells that lists the same
+  // sizes as "SIZE ×k".
+  const lists = [...main.querySelectorAll('td')]
+    .map(td => [...td.textContent.matchAll(new RegExp(`${SIZE} ×([0-9]+)`, 'g'))]
+      .map(m => [mib(m[1], m[2]), Number(m[3])]))
+    .filter(l => l.length);
+  main.querySelectorAll('pre').forEach(pre => {
+    for (const m of pre.textContent.matchAll(/([0-9]+) failed reserves, pages ([^|\n]*)/g)) {
+      const pages = [...m[2].matchAll(new RegExp(SIZE, 'g'))].map(p => mib(p[1], p[2]));
+      if (pages.length !== Number(m[1]))
+        out.push(`count: "${m[1]} failed reserves" lists ${pages.length} pages (${where(pre)})`);
+      const count = (list, size) =>
+        list.filter(([s]) => close(s, size, 0.5)).reduce((n, [, k]) => n + k, 0);
+      const sizes = [...new Set(pages)];
+      const same = lists.filter(l => l.length === sizes.length && sizes.every(s => count(l, s) > 0));
+      if (same.length && !same.some(l => sizes.every(s => count(l, s) === pages.filter(p => p === s).length)))
+        out.push(`count: "${m[1]} failed reserves" in a log agrees with no table listing those sizes (${where(pre)})`);
+    }
+  });
+  // The build report's cells, counted by where their output came from, sum to the whole.
+  main.querySelectorAll('.cell-report p').forEach(p => {
+    const m = p.textContent.match(/^([0-9]+) cells in [^:]*:([^;]*);/);
+    if (!m) return;
+    const parts = m[2].replace(/\([^)]*\)/g, '').split(/,| and /)
+      .map(c => c.trim().match(/^([0-9]+) /)).filter(x => x).map(x => Number(x[1]));
+    const sum = parts.reduce((a, b) => a + b, 0);
+    if (sum !== Number(m[1]))
+      out.push(`sum: the build report's ${m[1]} cells are counted as ${parts.join(' + ')} = ${sum}`);
   });
   const h1 = main.querySelector('h1');
   if (h1 && h1.textContent.trim() === 'Glossary') {

@@ -205,3 +205,59 @@ fn the_audit_catches_each_defect() {
     // measured on a GPU.
     assert_eq!(audit.words, 1 + 1 + 2 + 1 + 3 + 2 + 1 + 3 + 4);
 }
+
+/// Figures that disagree on one page are found: a band's width narrower than its edges, a
+/// log's failed reserves that no table lists, a build report whose counts miss its total; the
+/// same figures in agreement are not.
+#[test]
+fn the_audit_catches_figures_that_disagree() {
+    let Some(chromium) = chromium() else { return };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("audit-agreement-test");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("page.html");
+    let table = |rows: &str| {
+        format!(
+            "<div class=\"cell\" id=\"tbl-t\"><p class=\"cell-caption\"><span class=\"cell-label\">\
+             Table 1.1:</span> t <span class=\"cell-evidence\">derived</span></p>\
+             <table>{rows}</table></div>"
+        )
+    };
+    let log = "<pre>step 1/100 | died in forward: x | 3 failed reserves, pages 35 MiB, 35 MiB, 6 MiB\n\
+               [… more]</pre>";
+    let report = |parts: &str| {
+        format!(
+            "<div class=\"cell-report\"><p><strong>4 cells</strong> in 1 chapter: {parts}; nothing was compiled.</p></div>"
+        )
+    };
+    std::fs::write(
+        &page,
+        format!(
+            "<html><body><main>{}{}{log}{}\
+             <p>The band is at most 1.2 GiB wide: 16.32 GiB … 17.3 GiB.</p>{}</main></body></html>",
+            table("<tr><td>band 1.17 GiB wide</td><td>16.32 GiB … 17.3 GiB</td></tr>"),
+            table("<tr><td>GPU</td><td>34.95 MiB ×3, 6 MiB ×1</td></tr>"),
+            report("1 ran in this build, 2 came from this machine's cache (0 stale)"),
+            table("<tr><td>sim</td><td>34.95 MiB ×2, 6 MiB ×4</td></tr>"),
+        ),
+    )
+    .unwrap();
+    let found = audit(chromium, &page, "light").findings;
+    let expected = [
+        "width: \"1.17 GiB wide\" beside 16.32 GiB … 17.3 GiB, 0.98 GiB apart",
+        "count: \"3 failed reserves\" in a log agrees with no table listing those sizes",
+        "sum: the build report's 4 cells are counted as 1 + 2 = 3",
+    ];
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+    for (f, e) in found.iter().zip(expected) {
+        assert!(f.starts_with(e), "{f:?} is not {e:?}: {found:#?}");
+    }
+    // Agreeing, the same page has nothing to report.
+    let agreeing = std::fs::read_to_string(&page)
+        .unwrap()
+        .replace("band 1.17 GiB wide", "band 0.98 GiB wide")
+        .replace("34.95 MiB ×2, 6 MiB ×4", "34.95 MiB ×2, 6 MiB ×1")
+        .replace("2 came from", "3 came from");
+    std::fs::write(&page, agreeing).unwrap();
+    let found = audit(chromium, &page, "light").findings;
+    assert!(found.is_empty(), "{found:#?}");
+}

@@ -299,7 +299,7 @@ pub fn death_table(book: &Book) -> Result<Table, BookError> {
             common.to_string(),
         ])
         .row([
-            "their size".to_string(),
+            "the first refused page's size".to_string(),
             bytes::exact(gpu.failed_pages[0]),
             bytes::exact(dry.failed_pages[0]),
         ]))
