@@ -9,6 +9,24 @@ use cubecl_cuda_011 as cubecl_cuda;
 use highwater::network::Network;
 
 /// Every family at a toy size: `[family]` lines, the batch, the training table.
+/// CubeCL keeps state per process that every dry device in it shares (its tuner, the store
+/// each device imports when it starts): a test that holds a record to the byte runs alone (a
+/// CI run with the other tests of this file beside it saw the ViT reserve 145 MiB more in step
+/// 1, another kernel picked); the others share the process.
+static CUBECL: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CUBECL
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    CUBECL
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn tiny(table: &str) -> Network {
     let text = format!(
         "{table}\nbatch = 3\n[training]\nbackend = \"cube\"\ncheckpointing = \"none\"\n\
@@ -29,6 +47,7 @@ const FAMILIES: [&str; 6] = [
 #[cfg(not(feature = "fusion"))]
 #[test]
 fn every_family_trains_dry_with_the_parameters_its_file_counts_and_the_same_bytes_twice() {
+    let _cubecl = beside_others();
     let card = CardProfile::h200();
     for table in FAMILIES {
         let network = tiny(table);
@@ -68,6 +87,7 @@ fn every_family_trains_dry_with_the_parameters_its_file_counts_and_the_same_byte
 #[cfg(not(feature = "fusion"))]
 #[test]
 fn a_card_too_small_kills_the_run_where_its_page_is_refused() {
+    let _cubecl = beside_others();
     let card = CardProfile::h200();
     let network = tiny("[mlp]\ninputs = 4096\nhidden = 4096\nn_layers = 2\nclasses = 10");
     let plan = DryPlan {
@@ -125,6 +145,7 @@ fn the_template_program_runs_dry_unchanged_and_prints_its_pools_per_step() {
 #[cfg(not(feature = "fusion"))]
 #[test]
 fn a_record_replays_dry_step_for_step_and_a_changed_figure_is_named() {
+    let _cubecl = beside_others();
     let card = CardProfile::h200();
     let text = "[mlp]\ninputs = 20\nhidden = 32\nn_layers = 2\nclasses = 10\nbatch = 3\n\
                 [training]\nbackend = \"cube\"\ncheckpointing = \"none\"\nsteps = 2\nseed = 1\n";
@@ -164,6 +185,7 @@ fn a_record_replays_dry_step_for_step_and_a_changed_figure_is_named() {
 #[cfg(not(feature = "fusion"))]
 #[test]
 fn the_h100_records_replay_dry_to_the_byte_from_the_cards_store() {
+    let _cubecl = alone();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let card = CardProfile::read(&root.join("repro/cards/h100.json")).unwrap();
     assert!(
@@ -222,6 +244,7 @@ fn the_h100_records_replay_dry_to_the_byte_from_the_cards_store() {
 #[cfg(not(feature = "fusion"))]
 #[test]
 fn on_a_card_without_a_store_the_band_holds_every_h100_record() {
+    let _cubecl = beside_others();
     without_a_store_the_band_holds("repro/results/burn-0.22/h100/warm", 5);
 }
 
@@ -233,6 +256,7 @@ fn on_a_card_without_a_store_the_band_holds_every_h100_record() {
 #[cfg(not(feature = "fusion"))]
 #[test]
 fn the_h100_band_holds_programs_its_store_never_saw() {
+    let _cubecl = beside_others();
     store_never_saw_them("repro/results/burn-0.22/h100/heldout/first");
 }
 
@@ -242,6 +266,7 @@ fn the_h100_band_holds_programs_its_store_never_saw() {
 #[cfg(feature = "fusion")]
 #[test]
 fn the_h100_fused_band_holds_programs_its_store_never_saw() {
+    let _cubecl = beside_others();
     store_never_saw_them("repro/results/burn-0.22/h100/heldout-fusion/first");
 }
 
@@ -379,6 +404,7 @@ fn a_fused_network_without_the_fused_build_names_the_command_that_builds_it() {
 #[cfg(feature = "fusion")]
 #[test]
 fn the_h100_fusion_records_replay_dry_from_the_cards_store() {
+    let _cubecl = alone();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let profile = root.join("repro/cards/h100.json");
     let card = CardProfile::read(&profile).unwrap();
@@ -417,5 +443,6 @@ fn the_h100_fusion_records_replay_dry_from_the_cards_store() {
 #[cfg(feature = "fusion")]
 #[test]
 fn on_a_card_without_a_store_the_fused_band_holds_the_h100s_first_runs() {
+    let _cubecl = beside_others();
     without_a_store_the_band_holds("repro/results/burn-0.22/h100/fusion/first", 6);
 }

@@ -1,21 +1,20 @@
-//! The `main` of a generated cell crate: runs the cells named on the command line, one after
-//! another, in this one process.
+//! The `main` of a generated cell crate: runs the one cell named on the command line, in a
+//! process of its own (the preprocessor starts one per cell).
 //!
 //! Protocol with the preprocessor (the parent):
-//! - argv: `RESULTS_DIR ID…`;
-//! - on the process's original stdout, one line `start ID` before a cell and `end ID` after it,
-//!   so the parent can time each cell and knows which one was running if the process dies;
-//! - after `end ID`, the next cell waits for a line on stdin: the parent has collected this
-//!   cell's files (a later cell cannot touch them first); cells themselves read /dev/null;
-//! - for each cell, `RESULTS_DIR/ID.stdout` and `ID.stderr` (the cell's file descriptors 1 and 2
-//!   are redirected there, so output of libraries and child processes is captured too) and
+//! - argv: `RESULTS_DIR ID`;
+//! - on the process's original stdout, one line `start ID` before the cell and `end ID` after
+//!   it, so the parent can time the cell and tell a finished cell from a process that died;
+//! - the cell reads /dev/null;
+//! - `RESULTS_DIR/ID.stdout` and `ID.stderr` (the cell's file descriptors 1 and 2 are
+//!   redirected there, so output of libraries and child processes is captured too) and
 //!   `ID.value`: the output kind on the first line, its body after (`panic` for a panic);
 //! - the parent bounds the size of every file this process writes (`RLIMIT_FSIZE`, with
 //!   `SIGXFSZ` ignored): a write past it fails, and `print!` panics with "File too large".
 
 use crate::Output;
 use std::fs::File;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
@@ -26,15 +25,15 @@ pub type Cell = (&'static str, fn() -> Output);
 
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
-/// Runs the cells named in `std::env::args()` and exits.
+/// Runs the cell named in `std::env::args()` and exits.
 pub fn main(cells: &[Cell]) {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((dir, ids)) = args.split_first() else {
-        eprintln!("usage: cells RESULTS_DIR ID…");
+    let [dir, id] = &args[..] else {
+        eprintln!("usage: cells RESULTS_DIR ID");
         std::process::exit(2);
     };
     let dir = Path::new(dir);
-    // Close-on-exec copies (std duplicates with F_DUPFD_CLOEXEC): a process a cell leaves
+    // Close-on-exec copies (std duplicates with F_DUPFD_CLOEXEC): a process the cell leaves
     // running must not hold the status channel open, or the parent could not see this process
     // die.
     let (Ok(status), Ok(err)) = (
@@ -45,17 +44,6 @@ pub fn main(cells: &[Cell]) {
         std::process::exit(2);
     };
     let mut status = File::from(status);
-    // The parent's "go on" channel, out of the cells' reach: their stdin is /dev/null.
-    let (Ok(control), Ok(null)) = (
-        std::io::stdin().as_fd().try_clone_to_owned(),
-        File::open("/dev/null"),
-    ) else {
-        eprintln!("cells: cannot set up the control channel");
-        std::process::exit(2);
-    };
-    // SAFETY: points fd 0 at a file we own; the process's stdin handle stays valid (fd 0).
-    unsafe { libc::dup2(null.as_raw_fd(), 0) };
-    let mut control = std::io::BufReader::new(File::from(control));
 
     panic::set_hook(Box::new(|info| {
         let payload = info.payload();
@@ -71,25 +59,18 @@ pub fn main(cells: &[Cell]) {
         *PANIC.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{msg}{at}"));
     }));
 
-    for (i, id) in ids.iter().enumerate() {
-        let mut go = String::new();
-        if i > 0 && !matches!(control.read_line(&mut go), Ok(n) if n > 0) {
-            // The parent is gone or done with this process.
-            std::process::exit(0);
-        }
-        let _ = writeln!(status, "start {id}");
-        let _ = status.flush();
-        let (kind, body) = match cells.iter().find(|(name, _)| name == id) {
-            Some((_, run)) => run_one(dir, id, *run, err.as_raw_fd()),
-            None => ("error".into(), format!("no cell named {id} in this crate")),
-        };
-        let value = format!("{kind}\n{body}");
-        if let Err(e) = std::fs::write(dir.join(format!("{id}.value")), value) {
-            let _ = writeln!(status, "fail {id} {e}");
-        }
-        let _ = writeln!(status, "end {id}");
-        let _ = status.flush();
+    let _ = writeln!(status, "start {id}");
+    let _ = status.flush();
+    let (kind, body) = match cells.iter().find(|(name, _)| name == id) {
+        Some((_, run)) => run_one(dir, id, *run, err.as_raw_fd()),
+        None => ("error".into(), format!("no cell named {id} in this crate")),
+    };
+    let value = format!("{kind}\n{body}");
+    if let Err(e) = std::fs::write(dir.join(format!("{id}.value")), value) {
+        let _ = writeln!(status, "fail {id} {e}");
     }
+    let _ = writeln!(status, "end {id}");
+    let _ = status.flush();
 }
 
 fn run_one(dir: &Path, id: &str, run: fn() -> Output, err_fd: i32) -> (String, String) {

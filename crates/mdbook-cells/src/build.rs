@@ -1,7 +1,7 @@
 //! Stage 2, build: each cell's outcome from the cache, or compiled (the book's cells as one
-//! crate) and run now in one child process — a GPU cell bundled instead, when bundling — and
-//! the outcomes worth keeping cached; then the committed store settled against them
-//! ([`settle`]).
+//! crate) and run now, each in a process of its own — a GPU cell bundled instead, when
+//! bundling — and the outcomes worth keeping cached; then the committed store settled against
+//! them ([`settle`]).
 
 use crate::bundle::BundledCell;
 use crate::cache::{Cache, Entry};

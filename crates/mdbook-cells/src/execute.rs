@@ -4,7 +4,7 @@
 //! takes only itself. CubeCL's device threads poll forever: one process for the whole book ran
 //! with 160 of them idling by the end of *Apply it*, which slowed every cell after them.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -97,10 +97,11 @@ impl Ran {
     }
 }
 
-/// How long the harness may take to start the next cell (process start-up, dynamic linking).
+/// How long the harness may take to start its cell (process start-up, dynamic linking).
 const START_GRACE: Duration = Duration::from_secs(30);
 
-/// Runs `jobs` with the binary built from the cell crate; `cwd` is the book root.
+/// Runs `jobs` with the binary built from the cell crate, each in a process of its own (see
+/// the module doc); `cwd` is the book root.
 pub(crate) fn run_all(
     binary: &Path,
     cwd: &Path,
@@ -112,49 +113,18 @@ pub(crate) fn run_all(
     let image = std::fs::File::open(binary).ok();
     let program = program(image.as_ref(), binary);
     let mut done = Vec::new();
-    let mut rest: &[Job] = jobs;
-    while !rest.is_empty() {
-        // One cell per process (see the module doc).
-        let batch = &rest[..1];
-        let harness_stderr = results.join("harness.stderr");
-        let mut command = Command::new(&program);
-        command
-            .arg(results)
-            .args(batch.iter().map(|j| &j.module))
-            .current_dir(cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&harness_stderr)?)
-            // Its own process group, so that whatever the cells start dies with it.
-            .process_group(0);
-        let max_file = file_size_limit(output_limit);
-        // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs between fork
-        // and exec.
-        unsafe {
-            command.pre_exec(move || {
-                let limit = libc::rlimit {
-                    rlim_cur: max_file,
-                    rlim_max: max_file,
-                };
-                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // A write past the limit fails (EFBIG) instead of killing the process.
-                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-                Ok(())
-            });
-        }
-        let mut child = match command.spawn() {
-            Ok(child) => child,
-            // A restart after a cell that died or hung, with the binary gone (a cell may have
-            // deleted it): the cells left are not run, and say why.
-            Err(e) if !done.is_empty() => {
+    for (i, job) in jobs.iter().enumerate() {
+        let ran = match run_one(&program, cwd, results, job, output_limit) {
+            Ok(ran) => ran,
+            // The binary gone after a cell ran (a cell may have deleted it): the cells left
+            // are not run, and say why.
+            Err(e) if i > 0 => {
                 let why = format!(
                     "not run: the cells' process could not be started again ({e}); did an \
                      earlier cell delete {}?",
                     binary.display()
                 );
-                for job in rest {
+                for job in &jobs[i..] {
                     done.push((
                         job.module.clone(),
                         Ran {
@@ -169,50 +139,75 @@ pub(crate) fn run_all(
             }
             Err(e) => return Err(e),
         };
-        let lines = status_lines(&mut child);
-        let mut go_on = child.stdin.take().expect("stdin is piped");
-        let mut finished = 0;
-        for job in batch {
-            let started = wait_for(&lines, &format!("start {}", job.module), START_GRACE);
-            let clock = Instant::now();
-            let end = match started {
-                Wait::Seen => {
-                    let mut cell = CellClock::start(child.id(), job.timeout);
-                    wait_for_end(&lines, &format!("end {}", job.module), &mut cell)
-                }
-                other => other,
-            };
-            let files = Files::new(results, &job.module, output_limit, clock.elapsed());
-            match end {
-                Wait::Seen => {
-                    done.push((job.module.clone(), files.finished()));
-                    finished += 1;
-                    // Only now may the next cell start: its files are collected.
-                    let _ = writeln!(go_on, "next");
-                }
-                Wait::Timeout(verdict) => {
-                    end_group(&mut child);
-                    let end = End::TimedOut(job.timeout, verdict);
-                    done.push((job.module.clone(), files.ended(end)));
-                    finished += 1;
-                    break;
-                }
-                Wait::Closed => {
-                    let status = child.wait()?;
-                    end_group(&mut child);
-                    let stderr = std::fs::read(&harness_stderr).unwrap_or_default();
-                    let stderr = clip(stderr, output_limit);
-                    let why = describe_exit(status, &stderr);
-                    done.push((job.module.clone(), files.ended(End::Died(why))));
-                    finished += 1;
-                    break;
-                }
-            }
-        }
-        end_group(&mut child);
-        rest = &rest[finished..];
+        done.push((job.module.clone(), ran));
     }
     Ok(done)
+}
+
+/// Runs one cell in a process of its own, in its own process group: whatever the cell starts
+/// dies with it once its files are collected.
+fn run_one(
+    program: &Path,
+    cwd: &Path,
+    results: &Path,
+    job: &Job,
+    output_limit: usize,
+) -> std::io::Result<Ran> {
+    let harness_stderr = results.join("harness.stderr");
+    let mut command = Command::new(program);
+    command
+        .arg(results)
+        .arg(&job.module)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&harness_stderr)?)
+        .process_group(0);
+    let max_file = file_size_limit(output_limit);
+    // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs between fork and
+    // exec.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: max_file,
+                rlim_max: max_file,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // A write past the limit fails (EFBIG) instead of killing the process.
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    let lines = status_lines(&mut child);
+    let started = wait_for(&lines, &format!("start {}", job.module), START_GRACE);
+    let clock = Instant::now();
+    let end = match started {
+        Wait::Seen => {
+            let mut cell = CellClock::start(child.id(), job.timeout);
+            wait_for_end(&lines, &format!("end {}", job.module), &mut cell)
+        }
+        other => other,
+    };
+    let files = Files::new(results, &job.module, output_limit, clock.elapsed());
+    // The group goes first, then the child is reaped: reaped first, its pid (the group's id)
+    // could be another process's by the time the group is killed.
+    let status = end_group(&mut child);
+    Ok(match end {
+        Wait::Seen => files.finished(),
+        Wait::Timeout(verdict) => files.ended(End::TimedOut(job.timeout, verdict)),
+        Wait::Closed => {
+            let stderr = std::fs::read(&harness_stderr).unwrap_or_default();
+            let stderr = clip(stderr, output_limit);
+            let why = match status {
+                Some(status) => describe_exit(status, &stderr),
+                None => format!("the cell process ended\n{stderr}"),
+            };
+            files.ended(End::Died(why))
+        }
+    })
 }
 
 /// What to start a cell's process from: the binary's open file `image` where `/proc` names it,
@@ -235,14 +230,15 @@ fn file_size_limit(output_limit: usize) -> u64 {
 
 const FILE_SLACK: u64 = 4096;
 
-/// Kills the cells' process and everything it started (its process group), and reaps it.
-fn end_group(child: &mut Child) {
-    // SAFETY: a plain kill(2) of the group this module created with the child's pid as id.
+/// Kills the cell's process and everything it started (its process group), then reaps it:
+/// its exit status, if it had exited on its own before the kill, or the kill's.
+fn end_group(child: &mut Child) -> Option<std::process::ExitStatus> {
+    // SAFETY: a plain kill(2) of the group this module created with the child's pid as id;
+    // the child is not reaped yet, so that id is still its group's.
     unsafe {
         libc::kill(-(child.id() as i32), libc::SIGKILL);
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    child.wait().ok()
 }
 
 enum Wait {

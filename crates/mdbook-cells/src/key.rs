@@ -167,11 +167,20 @@ impl Memo {
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        // Best effort: a cache that cannot be written is computed again next time.
+        let _ = write_atomically(path, &bytes);
     }
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it, renamed over it: a reader (or
+/// a build killed mid-write) sees the old file or the new one, never half of one.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// The files under `path`. Symbolic links are followed (a `reads:` entry may be one), but each

@@ -9,7 +9,8 @@
 //!                                        key every cell by a hash of its inputs
 //! build::build(&plan)       -> Built     each cell's outcome from the cache or the committed
 //!                                        store, or compiled (one generated crate) and run now
-//!                                        in one child process; the store verified or refreshed
+//!                                        each in a process of its own; the store verified or
+//!                                        refreshed
 //! resolve::resolve(built)   -> Resolved  what each cell shows: its outcome, a GPU cell's
 //!                                        freeze, or why it did not run; with its problems
 //! lint::problems(&plan, ..)              a build that lints: rustfmt's check, unused prelude

@@ -515,25 +515,10 @@ fn unquote(v: &str) -> &str {
 pub fn closest<'a>(word: &str, names: &[&'a str]) -> Option<&'a str> {
     names
         .iter()
-        .map(|n| (edit_distance(word, n), *n))
+        .map(|n| (strsim::levenshtein(word, n), *n))
         .filter(|(d, n)| *d <= 2.max(n.len() / 4))
         .min()
         .map(|(_, n)| n)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]

@@ -227,9 +227,7 @@ impl Store {
                 if let Some(parent) = path.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
-                let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-                std::fs::write(&tmp, text)?;
-                std::fs::rename(&tmp, &path)?;
+                crate::key::write_atomically(&path, text.as_bytes())?;
                 written.push(relative(root, &path));
             }
             keep.push(relative(root, &path));
