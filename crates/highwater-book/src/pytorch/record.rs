@@ -284,8 +284,7 @@ mod tests {
         let book = Book::repository();
         let path = book.path("repro/results/pytorch/replay/situ-s3--default.json.xz");
         let record = ReplayRecord::read(&path).unwrap();
-        let recipe = book.recipe("situ").unwrap();
-        let (_, trace) = highwater::run::simulate_traced(&recipe, 3, 1..=100).unwrap();
+        let (recipe, _, trace) = crate::pytorch::situ(&book).unwrap();
         let mut held = 0;
         for run in record.runs.iter().filter(|r| r.oom.is_some()) {
             let real = &run.oom.as_ref().unwrap().message;

@@ -188,19 +188,17 @@ fn the_audit_catches_each_defect() {
     )
     .unwrap();
     let audit = audit(chromium, &page, "light");
-    let found = audit.findings;
-    let expected = [
-        "overflow: a table",
-        "backtick: p \"the `mid` tensor",
-        "invisible: text \"lost label\"",
-        "unlabelled: a table says nothing of its evidence (tbl-x)",
-        "unnumbered: a figure (fig-x)",
-        "glossary: \"Page\" comes after \"Pool\"",
-    ];
-    assert_eq!(found.len(), expected.len(), "{found:#?}");
-    for (f, e) in found.iter().zip(expected) {
-        assert!(f.starts_with(e), "{f:?} is not {e:?}: {found:#?}");
-    }
+    found_in_order(
+        &audit.findings,
+        &[
+            "overflow: a table",
+            "backtick: p \"the `mid` tensor",
+            "invisible: text \"lost label\"",
+            "unlabelled: a table says nothing of its evidence (tbl-x)",
+            "unnumbered: a figure (fig-x)",
+            "glossary: \"Page\" comes after \"Pool\"",
+        ],
+    );
     // Glossary, Pool., One two., Page., Three four five., Table 1.1:, wide, the `mid` tensor,
     // measured on a GPU.
     assert_eq!(audit.words, 1 + 1 + 2 + 1 + 3 + 2 + 1 + 3 + 4);
@@ -241,16 +239,14 @@ fn the_audit_catches_figures_that_disagree() {
         ),
     )
     .unwrap();
-    let found = audit(chromium, &page, "light").findings;
-    let expected = [
-        "width: \"1.17 GiB wide\" beside 16.32 GiB … 17.3 GiB, 0.98 GiB apart",
-        "count: \"3 failed reserves\" in a log agrees with no table listing those sizes",
-        "sum: the build report's 4 cells are counted as 1 + 2 = 3",
-    ];
-    assert_eq!(found.len(), expected.len(), "{found:#?}");
-    for (f, e) in found.iter().zip(expected) {
-        assert!(f.starts_with(e), "{f:?} is not {e:?}: {found:#?}");
-    }
+    found_in_order(
+        &audit(chromium, &page, "light").findings,
+        &[
+            "width: \"1.17 GiB wide\" beside 16.32 GiB … 17.3 GiB, 0.98 GiB apart",
+            "count: \"3 failed reserves\" in a log agrees with no table listing those sizes",
+            "sum: the build report's 4 cells are counted as 1 + 2 = 3",
+        ],
+    );
     // Agreeing, the same page has nothing to report.
     let agreeing = std::fs::read_to_string(&page)
         .unwrap()
@@ -260,4 +256,12 @@ fn the_audit_catches_figures_that_disagree() {
     std::fs::write(&page, agreeing).unwrap();
     let found = audit(chromium, &page, "light").findings;
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The audit's findings are exactly `expected`, in order, each by its start.
+fn found_in_order(found: &[String], expected: &[&str]) {
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+    for (f, e) in found.iter().zip(expected) {
+        assert!(f.starts_with(e), "{f:?} is not {e:?}: {found:#?}");
+    }
 }
